@@ -1,0 +1,52 @@
+"""refset: kerchunk-style reference sets, columnar in memory, in every spec format and a packed one.
+
+``import refset`` loads numpy only; zarr, xarray, h5py, pyarrow and jinja2 load when first needed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
+from .formats import load, save
+from .model import ChunkTable, KeyTable, ReferenceSet
+
+if TYPE_CHECKING:
+    from .fs import ReferenceFileSystem
+    from .zarr_store import ZarrStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "load",
+    "save",
+    "ReferenceSet",
+    "ChunkTable",
+    "KeyTable",
+    "ReferenceFileSystem",
+    "ZarrStore",
+    "open_dataset",
+    "RefsetError",
+    "InvalidReferences",
+    "Unsupported",
+    "ReferenceNotReachable",
+]
+
+
+def open_dataset(source: Any, **kwargs: Any) -> Any:
+    """Open a reference set as an ``xarray.Dataset`` (see :mod:`refset.xarray_backend`)."""
+    from .xarray_backend import open_dataset as _open
+
+    return _open(source, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ReferenceFileSystem":
+        from .fs import ReferenceFileSystem
+
+        return ReferenceFileSystem
+    if name == "ZarrStore":
+        from .zarr_store import ZarrStore
+
+        return ZarrStore
+    raise AttributeError(f"module 'refset' has no attribute {name!r}")

@@ -1,0 +1,83 @@
+"""Bytes in and out: fsspec URLs or local paths, gzip/zstd sniffed from content, atomic writes."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+from typing import Any
+
+from ..errors import InvalidReferences
+
+__all__ = ["read_bytes", "write_bytes", "decompress", "compress", "GZIP_MAGIC", "ZSTD_MAGIC"]
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def decompress(data: bytes, name: str = "") -> bytes:
+    """Undo gzip or zstd compression, recognised by magic bytes (never by name alone)."""
+    if data[:2] == GZIP_MAGIC:
+        try:
+            return gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise InvalidReferences(f"{name or 'input'}: corrupt gzip data ({e})") from e
+    if data[:4] == ZSTD_MAGIC:
+        import zstandard
+
+        try:
+            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        except zstandard.ZstdError as e:
+            raise InvalidReferences(f"{name or 'input'}: corrupt zstd data ({e})") from e
+    return data
+
+
+def compress(data: bytes, dest: str) -> bytes:
+    """Compress by the destination's suffix: ``.gz`` gzip, ``.zst``/``.zstd`` zstd."""
+    if dest.endswith(".gz"):
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    if dest.endswith((".zst", ".zstd")):
+        import zstandard
+
+        return zstandard.ZstdCompressor(level=9).compress(data)
+    return data
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _local(path: str) -> str:
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
+def read_bytes(path: str, storage_options: dict[str, Any] | None = None) -> bytes:
+    if _is_local(path) and not storage_options:
+        with open(_local(os.fspath(path)), "rb") as f:
+            return f.read()
+    import fsspec
+
+    with fsspec.open(path, "rb", **(storage_options or {})) as f:
+        return f.read()
+
+
+def write_bytes(path: str, data: bytes, storage_options: dict[str, Any] | None = None) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file beside it, then rename."""
+    if _is_local(path):
+        path = _local(os.fspath(path))
+        d = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=".refset-", suffix=".tmp", dir=d)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return
+    import fsspec
+
+    # object stores publish a file only when its upload completes
+    with fsspec.open(path, "wb", **(storage_options or {})) as f:
+        f.write(data)

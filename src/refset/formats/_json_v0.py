@@ -1,0 +1,110 @@
+"""Version 0 values: checking and normalising one reference, and writing Version 0 JSON."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..model import Ref, ReferenceSet, encode_inline
+
+__all__ = ["normalize_value", "where", "dumps_v0", "v0_dict"]
+
+
+def where(key: str, *index: int) -> str:
+    """``refs["x/0"][1]``: the location of a field, for error messages."""
+    return f"refs[{json.dumps(key)}]" + "".join(f"[{i}]" for i in index)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def normalize_value(
+    key: str,
+    value: Any,
+    problems: list[str],
+    render_url: Callable[[str, str], str | None] | None = None,
+) -> Ref | None:
+    """One Version 0 (or Version 1 ``refs``) value as a :data:`~refset.model.Ref`.
+
+    Problems are appended to ``problems`` (one line each) and None is returned for a bad value.
+    ``render_url(url, where)`` expands templates in URLs (Version 1); it reports its own problems.
+    """
+    if isinstance(value, str):
+        if value.startswith("base64:"):
+            try:
+                return base64.b64decode(value[7:], validate=True)
+            except (binascii.Error, ValueError) as e:
+                problems.append(f"{where(key)}: bad base64 data ({e})")
+                return None
+        return value.encode("utf-8")
+    if isinstance(value, (dict,)):
+        # a JSON document given as an object: the value is that JSON file
+        return json.dumps(value).encode("utf-8")
+    if isinstance(value, list):
+        if len(value) not in (1, 3):
+            problems.append(
+                f"{where(key)}: a reference list must have 1 item [url] or 3 items "
+                f"[url, offset, length], got {len(value)}"
+            )
+            return None
+        url = value[0]
+        if not isinstance(url, str):
+            problems.append(f"{where(key, 0)}: url must be a string, got {type(url).__name__}")
+            return None
+        ok = True
+        if len(value) == 3:
+            for i, name in ((1, "offset"), (2, "length")):
+                v = value[i]
+                if not _is_int(v) or v < 0:
+                    problems.append(
+                        f"{where(key, i)}: {name} must be a non-negative integer, got {json.dumps(v)}"
+                    )
+                    ok = False
+        if render_url is not None and "{{" in url:
+            rendered = render_url(url, where(key, 0))
+            if rendered is None:
+                return None
+            url = rendered
+        if not ok:
+            return None
+        return (url,) if len(value) == 1 else (url, value[1], value[2])
+    problems.append(
+        f"{where(key)}: value must be a string, a JSON object, [url] or [url, offset, length], "
+        f"got {type(value).__name__}"
+    )
+    return None
+
+
+def refs_from_v0(
+    refs: Mapping[Any, Any],
+    problems: list[str],
+    render_url: Callable[[str, str], str | None] | None = None,
+) -> list[tuple[str, Ref]]:
+    """Normalise a Version 0 ``refs`` mapping; problems are collected, bad entries dropped."""
+    out: list[tuple[str, Ref]] = []
+    for k, v in refs.items():
+        if not isinstance(k, str):
+            problems.append(f"refs: key {k!r} must be a string, got {type(k).__name__}")
+            continue
+        r = normalize_value(k, v, problems, render_url)
+        if r is not None:
+            out.append((k, r))
+    return out
+
+
+def v0_dict(rs: ReferenceSet) -> dict[str, Any]:
+    return rs.to_dict()
+
+
+def dumps_v0(rs: ReferenceSet) -> bytes:
+    """Version 0 JSON text of ``rs``."""
+    import msgspec
+
+    return msgspec.json.encode(rs.to_dict())
+
+
+__all__ += ["refs_from_v0", "encode_inline"]

@@ -1,0 +1,308 @@
+"""Version 1 documents: ``version``, ``templates``, ``gen`` and ``refs``, read into a Builder."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..keys import ChunkGrid
+from ..model import RANGE, WHOLE, Builder, array_key
+from ._json_v0 import refs_from_v0
+from ._templates import NotVectorisable, Part, Templates, compile_expr, render
+
+__all__ = ["read_v1", "DEFAULT_MAX_GEN", "gen_problems"]
+
+DEFAULT_MAX_GEN = 100_000_000
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def read_v1(
+    doc: Mapping[str, Any],
+    builder: Builder,
+    problems: list[str],
+    *,
+    max_gen: int = DEFAULT_MAX_GEN,
+    template_overrides: Mapping[str, str] | None = None,
+    refs_done: bool = False,
+) -> None:
+    """Add the references of a Version 1 document to ``builder``; problems go to ``problems``.
+
+    ``refs_done``: the caller already added ``refs`` (the fast JSON reader does so column-wise).
+    """
+    for k in doc:
+        if k not in ("version", "templates", "gen", "refs"):
+            problems.append(f"{json.dumps(k)}: unknown top-level field of a Version 1 document")
+    tmpl = doc.get("templates") or {}
+    if not isinstance(tmpl, dict):
+        problems.append(f"templates: must be an object, got {type(tmpl).__name__}")
+        tmpl = {}
+    good = {}
+    for k, v in tmpl.items():
+        if not isinstance(v, str):
+            problems.append(f"templates[{json.dumps(k)}]: must be a string, got {type(v).__name__}")
+        else:
+            good[k] = v
+    good.update(template_overrides or {})
+    templates = Templates(good)
+
+    def render_url(url: str, at: str) -> str | None:
+        try:
+            return templates.render(url)
+        except ValueError as e:
+            problems.append(f"{at}: {e}")
+            return None
+
+    if not refs_done:
+        refs = doc.get("refs", {})
+        if not isinstance(refs, dict):
+            problems.append(f"refs: must be an object, got {type(refs).__name__}")
+        else:
+            for k, r in refs_from_v0(refs, problems, render_url):
+                builder.add(k, r)
+    gens = doc.get("gen", [])
+    if not isinstance(gens, list):
+        problems.append(f"gen: must be a list, got {type(gens).__name__}")
+        return
+    checked = [_check_gen(i, g, problems) for i, g in enumerate(gens)]
+    total = sum(c[1] for c in checked if c is not None)
+    if total > max_gen:
+        problems.append(
+            f"gen: would generate {total} keys, more than the limit of {max_gen} "
+            "(raise it with max_gen=...)"
+        )
+        return
+    if problems:
+        return
+    grids = builder.grids()
+    for i, (g, c) in enumerate(zip(gens, checked)):
+        if c is not None:
+            _expand(f"gen[{i}]", g, c[0], templates, grids, builder, problems)
+
+
+def gen_problems(gens: object) -> list[str]:
+    problems: list[str] = []
+    if isinstance(gens, list):
+        for i, g in enumerate(gens):
+            _check_gen(i, g, problems)
+    return problems
+
+
+def _check_gen(
+    i: int, g: object, problems: list[str]
+) -> tuple[dict[str, np.ndarray | range], int] | None:
+    at = f"gen[{i}]"
+    if not isinstance(g, dict):
+        problems.append(f"{at}: must be an object, got {type(g).__name__}")
+        return None
+    n0 = len(problems)
+    for f in ("key", "url"):
+        if f not in g:
+            problems.append(f"{at}: {json.dumps(f)} is required")
+        elif not isinstance(g[f], str):
+            problems.append(f"{at}.{f}: must be a string, got {type(g[f]).__name__}")
+    if ("offset" in g) != ("length" in g):
+        have, miss = ("offset", "length") if "offset" in g else ("length", "offset")
+        problems.append(f"{at}: {json.dumps(have)} given without {json.dumps(miss)}")
+    for f in ("offset", "length"):
+        if f in g and not isinstance(g[f], (str, int)) or isinstance(g.get(f), bool):
+            problems.append(f"{at}.{f}: must be a string or integer, got {type(g[f]).__name__}")
+    for f in g:
+        if f not in ("key", "url", "offset", "length", "dimensions"):
+            problems.append(f"{at}: unknown field {json.dumps(f)}")
+    dims = g.get("dimensions")
+    out: dict[str, np.ndarray | range] = {}
+    if not isinstance(dims, dict) or not dims:
+        problems.append(f"{at}.dimensions: must be an object with at least one dimension")
+    else:
+        for name, d in dims.items():
+            dat = f"{at}.dimensions[{json.dumps(name)}]"
+            if isinstance(d, list):
+                if not all(_is_int(v) for v in d):
+                    problems.append(f"{dat}: a list dimension must hold integers only")
+                else:
+                    out[name] = np.array(d, np.int64)
+            elif isinstance(d, dict):
+                bad = [k for k in d if k not in ("start", "stop", "step")]
+                if bad:
+                    problems.append(f"{dat}: unknown field {json.dumps(bad[0])}")
+                if "stop" not in d:
+                    problems.append(f"{dat}: \"stop\" is required")
+                    continue
+                vals = {k: d.get(k, dflt) for k, dflt in (("start", 0), ("stop", None), ("step", 1))}
+                wrong = [k for k, v in vals.items() if not _is_int(v)]
+                if wrong:
+                    problems.append(f"{dat}.{wrong[0]}: must be an integer, got {json.dumps(vals[wrong[0]])}")
+                    continue
+                if vals["step"] == 0:
+                    problems.append(f"{dat}.step: must not be 0")
+                    continue
+                out[name] = range(vals["start"], vals["stop"], vals["step"])
+            else:
+                problems.append(f"{dat}: must be {{start?, stop, step?}} or a list of integers")
+    if len(problems) > n0:
+        return None
+    total = 1
+    for v in out.values():
+        total *= len(v)
+    return out, total
+
+
+def _product(dims: Mapping[str, np.ndarray | range], total: int) -> dict[str, np.ndarray]:
+    """Cartesian product in the spec's order: the first dimension varies slowest."""
+    out: dict[str, np.ndarray] = {}
+    stride = total
+    idx = np.arange(total, dtype=np.int64)
+    for name, vals in dims.items():
+        n = len(vals)
+        stride //= max(n, 1)
+        arr = (
+            np.arange(vals.start, vals.stop, vals.step, dtype=np.int64)
+            if isinstance(vals, range)
+            else np.asarray(vals, np.int64)
+        )
+        out[name] = arr[(idx // max(stride, 1)) % n] if total else arr[:0]
+    return out
+
+
+def _int_column(parts: list[Part], total: int) -> np.ndarray:
+    """An offset/length template that is one integer expression, as an int64 column."""
+    core = [p for p in parts if not (isinstance(p, str) and p.strip() == "")]
+    if len(core) != 1:
+        raise NotVectorisable
+    p = core[0]
+    if isinstance(p, str):
+        s = p.strip()
+        if not (s.isascii() and s.lstrip("-").isdigit()):
+            raise NotVectorisable
+        return np.full(total, int(s), np.int64)
+    return np.broadcast_to(p, (total,)).astype(np.int64)
+
+
+def _strings(parts: list[Part], total: int) -> np.ndarray:
+    from numpy.dtypes import StringDType
+
+    acc = np.full(total, "", dtype=StringDType())
+    for p in parts:
+        if isinstance(p, str):
+            acc = np.strings.add(acc, p)
+        else:
+            acc = np.strings.add(acc, np.broadcast_to(p, (total,)).astype(StringDType()))
+    return acc
+
+
+def _chunk_target(
+    parts: list[Part], grids: Mapping[str, ChunkGrid], total: int
+) -> tuple[str, np.ndarray] | None:
+    """(array, flat indices) when the key template spells canonical chunk keys of a known grid."""
+    if len(parts) < 2 or not isinstance(parts[0], str):
+        return None
+    for path, g in grids.items():
+        if not g.shape:
+            continue
+        head = array_key(path, g.prefix + g.separator if g.prefix else "")
+        if parts[0] != head or len(parts) != 2 * g.ndim:
+            continue
+        arrs = parts[1::2]
+        seps = parts[2::2]
+        if not all(isinstance(a, np.ndarray) for a in arrs) or any(s != g.separator for s in seps):
+            continue
+        idx = [np.broadcast_to(a, (total,)) for a in arrs]
+        if any(((a < 0) | (a >= n)).any() for a, n in zip(idx, g.grid_shape)):
+            return None  # keys outside the grid stay generic keys
+        return path, np.ravel_multi_index(tuple(idx), g.grid_shape).astype(np.int64)
+    return None
+
+
+def _expand(
+    at: str,
+    g: Mapping[str, Any],
+    dims: Mapping[str, np.ndarray | range],
+    templates: Templates,
+    grids: Mapping[str, ChunkGrid],
+    builder: Builder,
+    problems: list[str],
+) -> None:
+    total = 1
+    for v in dims.values():
+        total *= len(v)
+    if total == 0:
+        return
+    has_range = "offset" in g
+    values = _product(dims, total)
+    try:
+        key_p = compile_expr(g["key"], values, templates.plain)
+        url_p = compile_expr(g["url"], values, templates.plain)
+        if has_range:
+            off = _int_column(compile_expr(str(g["offset"]), values, templates.plain), total)
+            ln = _int_column(compile_expr(str(g["length"]), values, templates.plain), total)
+    except NotVectorisable:
+        _expand_slowly(at, g, values, total, templates, builder, problems)
+        return
+    except ValueError as e:
+        problems.append(f"{at}: {e}")
+        return
+    if has_range:
+        for name, col in (("offset", off), ("length", ln)):
+            bad = np.flatnonzero(col < 0)
+            if bad.size:
+                where = {k: int(v[bad[0]]) for k, v in values.items()}
+                problems.append(
+                    f"{at}.{name}: must be a non-negative integer, got {int(col[bad[0]])} for {where}"
+                )
+                return
+    else:
+        off = ln = np.zeros(total, np.int64)
+    if all(isinstance(p, str) for p in url_p):
+        urls = ["".join(url_p)]  # type: ignore[arg-type]
+        pid = np.zeros(total, np.int64)
+    else:
+        u, pid = np.unique(_strings(url_p, total), return_inverse=True)
+        urls = u.tolist()
+    kind = np.full(total, RANGE if has_range else WHOLE, np.uint8)
+    target = _chunk_target(key_p, grids, total)
+    if target is not None:
+        builder.add_chunks(target[0], target[1], kind, urls, pid, off, ln)
+        return
+    keys = _strings(key_p, total).tolist()
+    for k, p, o, n in zip(keys, pid.tolist(), off.tolist(), ln.tolist()):
+        builder.add(k, (urls[p], o, n) if has_range else (urls[p],))
+
+
+def _expand_slowly(
+    at: str,
+    g: Mapping[str, Any],
+    values: Mapping[str, np.ndarray],
+    total: int,
+    templates: Templates,
+    builder: Builder,
+    problems: list[str],
+) -> None:
+    cols = {k: v.tolist() for k, v in values.items()}
+    has_range = "offset" in g
+    for j in range(total):
+        ctx = {**templates.context, **{k: v[j] for k, v in cols.items()}}
+        try:
+            key = render(g["key"], ctx)
+            url = render(g["url"], ctx)
+            if has_range:
+                nums = []
+                for f in ("offset", "length"):
+                    text = render(str(g[f]), ctx).strip()
+                    try:
+                        n = int(text)
+                    except ValueError:
+                        raise ValueError(f"{f} must render to an integer, got {text!r}") from None
+                    if n < 0:
+                        raise ValueError(f"{f} must be a non-negative integer, got {n}")
+                    nums.append(n)
+        except ValueError as e:
+            where = {k: v[j] for k, v in cols.items()}
+            problems.append(f"{at}: {e} (at {where})")
+            return
+        builder.add(key, (url, nums[0], nums[1]) if has_range else (url,))
