@@ -404,6 +404,10 @@ class ReferenceSet(Mapping[str, Ref]):
         n += sum(len(k) for k in o.keys.tolist()) + sum(len(d) for d in o.data.tolist() if d)
         return n + sum(len(u) for u in self.urls)
 
+    def format_info(self) -> dict[str, object]:
+        """Facts about the stored form that ``refset info`` prints (lazy formats override)."""
+        return {}
+
     def __repr__(self) -> str:
         return (
             f"<{type(self).__name__}: {len(self.other)} other keys, {len(self.grids)} chunk grids, "
