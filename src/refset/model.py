@@ -266,6 +266,7 @@ class ReferenceSet(Mapping[str, Ref]):
         }
         self.other = other
         self.router = KeyRouter(self.grids)
+        self.stored: dict[str, object] = {}  # how the set was stored, filled in by its reader
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
@@ -347,18 +348,19 @@ class ReferenceSet(Mapping[str, Ref]):
     def __len__(self) -> int:
         return len(self.other) + sum(self.table(p).count() for p in self.grids)
 
+    def keys_at(self, path: str, flat: np.ndarray) -> list[str]:
+        """Keys of the chunks of array ``path`` at flat indices ``flat``."""
+        g = self.grids[path]
+        if not g.shape:
+            return [array_key(path, g.chunk_key(()))] * len(flat)
+        idx = np.unravel_index(np.asarray(flat, np.int64), g.grid_shape)
+        head = array_key(path, g.prefix + g.separator if g.prefix else "")
+        sep = g.separator
+        return [head + sep.join(map(str, row)) for row in zip(*(i.tolist() for i in idx))]
+
     def chunk_keys(self, path: str) -> Iterator[str]:
         """Keys of the present chunks of array ``path``, in C order."""
-        t = self.table(path)
-        g = t.grid
-        flat = np.flatnonzero(t.kind)
-        if not g.shape:
-            for _ in flat:
-                yield array_key(path, g.chunk_key(()))
-            return
-        idx = np.unravel_index(flat, g.grid_shape)
-        for row in zip(*(i.tolist() for i in idx)):
-            yield array_key(path, g.chunk_key(row))
+        yield from self.keys_at(path, np.flatnonzero(self.table(path).kind))
 
     def __iter__(self) -> Iterator[str]:
         yield from self.other.keys.tolist()
@@ -405,8 +407,8 @@ class ReferenceSet(Mapping[str, Ref]):
         return n + sum(len(u) for u in self.urls)
 
     def format_info(self) -> dict[str, object]:
-        """Facts about the stored form that ``refset info`` prints (lazy formats override)."""
-        return {}
+        """Facts about the stored form that ``refset info`` prints (lazy formats add more)."""
+        return dict(self.stored)
 
     def __repr__(self) -> str:
         return (

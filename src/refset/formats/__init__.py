@@ -97,7 +97,10 @@ def load(
     from ._io import decompress, read_bytes
     from ._json import from_json_bytes
 
-    return from_json_bytes(decompress(read_bytes(source, storage_options), source), **options)
+    raw = read_bytes(source, storage_options)
+    rs = from_json_bytes(decompress(raw, source), **options)
+    rs.stored.setdefault("compression", {b"\x1f\x8b": "gzip", b"\x28\xb5": "zstd"}.get(raw[:2]))
+    return rs
 
 
 def _infer_format(dest: str) -> str:

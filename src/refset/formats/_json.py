@@ -66,7 +66,9 @@ def from_document(
     b = collect(doc, problems, max_gen=max_gen, template_overrides=template_overrides)
     if problems:
         raise InvalidReferences(problems)
-    return b.build()
+    rs = b.build()
+    rs.stored.update(format="json", version=1 if is_v1(doc) else 0)
+    return rs
 
 
 def from_json_bytes(

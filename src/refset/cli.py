@@ -1,0 +1,272 @@
+"""The ``refset`` command. Exit status: 0 ok, 1 invalid input (or a failed read), 2 usage."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def _size_on_disk(path: str) -> int | None:
+    if "://" in path and not path.startswith("file://"):
+        return None
+    path = path.removeprefix("file://")
+    if os.path.isdir(path):
+        return sum(
+            os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files
+        )
+    return os.path.getsize(path) if os.path.exists(path) else None
+
+
+def info_dict(path: str) -> dict[str, Any]:
+    import numpy as np
+
+    import refset
+    from refset.model import INLINE, RANGE, WHOLE
+
+    rs = refset.load(path)
+    kinds = np.bincount(rs.other.kind, minlength=4).astype(np.int64)
+    arrays = []
+    for p, g in rs.grids.items():
+        t = rs.table(p)
+        counts = np.bincount(t.kind, minlength=4)
+        kinds += counts
+        present = int(counts[1:].sum())
+        arrays.append({
+            "path": p,
+            "shape": list(g.shape),
+            "chunks": list(g.chunks),
+            "grid": list(g.grid_shape),
+            "chunks_present": present,
+            "chunks_total": g.nchunks,
+            "fraction_present": round(present / g.nchunks, 4) if g.nchunks else 1.0,
+        })
+    out: dict[str, Any] = {
+        "source": path,
+        "format": _format_name(rs.format_info()),
+        "size_on_disk": _size_on_disk(path),
+        "keys": int(kinds.sum()),
+        "inline": int(kinds[INLINE]),
+        "range": int(kinds[RANGE]),
+        "whole_file": int(kinds[WHOLE]),
+        "unique_urls": len(rs.urls),
+        "referenced_bytes": rs.referenced_bytes(),
+        "arrays": arrays,
+    }
+    out.update({k: v for k, v in rs.format_info().items()
+                if k not in ("format", "version", "compression")})
+    return out
+
+
+def _format_name(stored: dict[str, Any]) -> str:
+    name = str(stored.get("format", "?"))
+    extra = [f"version {stored['version']}"] if "version" in stored else []
+    if stored.get("compression"):
+        extra.append(f"{stored['compression']}-compressed")
+    return f"{name} ({', '.join(extra)})" if extra else name
+
+
+def _print_info(d: dict[str, Any]) -> None:
+    w = sys.stdout.write
+    w(f"source:           {d['source']}\n")
+    w(f"format:           {d['format']}\n")
+    if d["size_on_disk"] is not None:
+        per = d["size_on_disk"] / d["keys"] if d["keys"] else 0.0
+        w(f"size on disk:     {d['size_on_disk']:,} bytes ({per:.1f} bytes/key)\n")
+    w(f"keys:             {d['keys']:,} (inline {d['inline']:,}, range {d['range']:,}, "
+      f"whole-file {d['whole_file']:,})\n")
+    w(f"unique urls:      {d['unique_urls']:,}\n")
+    w(f"referenced bytes: {d['referenced_bytes']:,}\n")
+    w(f"arrays:           {len(d['arrays'])}\n")
+    for a in d["arrays"]:
+        shape = "x".join(map(str, a["shape"])) or "()"
+        chunks = "x".join(map(str, a["chunks"])) or "()"
+        grid = "x".join(map(str, a["grid"])) or "()"
+        w(f"  {a['path'] or '/'}: shape {shape}, chunks {chunks}, grid {grid}, "
+          f"{a['chunks_present']:,}/{a['chunks_total']:,} chunks present "
+          f"({100 * a['fraction_present']:.1f}%)\n")
+    skip = {"source", "format", "size_on_disk", "keys", "inline", "range", "whole_file",
+            "unique_urls", "referenced_bytes", "arrays"}
+    for k, v in d.items():
+        if k not in skip:
+            w(f"{k}: {json.dumps(v, indent=2, default=str)}\n")
+
+
+def cmd_info(a: argparse.Namespace) -> int:
+    d = info_dict(a.refs)
+    if a.json:
+        sys.stdout.write(json.dumps(d, indent=2, default=str) + "\n")
+    else:
+        _print_info(d)
+    return EXIT_OK
+
+
+def cmd_validate(a: argparse.Namespace) -> int:
+    from .errors import InvalidReferences
+    from .formats import detect_format
+    from .formats._io import decompress, read_bytes
+    from .formats._json import document_problems
+
+    if detect_format(a.refs) == "json":
+        problems = document_problems(decompress(read_bytes(a.refs), a.refs), max_gen=a.max_gen)
+    else:
+        import refset
+
+        try:
+            rs = refset.load(a.refs)
+            for p in rs.grids:
+                rs.table(p)
+            problems = []
+        except InvalidReferences as e:
+            problems = e.problems
+    for p in problems:
+        sys.stdout.write(p + "\n")
+    if problems:
+        sys.stderr.write(f"{a.refs}: {len(problems)} problem(s)\n")
+        return EXIT_INVALID
+    sys.stderr.write(f"{a.refs}: valid\n")
+    return EXIT_OK
+
+
+def cmd_ls(a: argparse.Namespace) -> int:
+    import refset
+    from refset.model import array_key
+
+    rs = refset.load(a.refs)
+    prefix = (a.prefix or "").strip("/")
+
+    def under(key: str) -> bool:
+        return not prefix or key == prefix or key.startswith(prefix + "/")
+
+    out = sys.stdout
+    for key in rs.other.keys.tolist():
+        if under(key):
+            out.write(_ls_line(rs, key, a.long))
+    for path in rs.grids:
+        if prefix and not under(path) and not under(array_key(path, "x")):
+            continue
+        for key in rs.chunk_keys(path):
+            if under(key):
+                out.write(_ls_line(rs, key, a.long))
+    return EXIT_OK
+
+
+def _ls_line(rs: Any, key: str, long: bool) -> str:
+    if not long:
+        return key + "\n"
+    ref = rs[key]
+    if isinstance(ref, bytes):
+        return f"{key}\tinline\t{len(ref)}\n"
+    if len(ref) == 1:
+        return f"{key}\tfile\t{ref[0]}\n"
+    return f"{key}\trange\t{ref[0]}\t{ref[1]}\t{ref[2]}\n"
+
+
+def cmd_convert(a: argparse.Namespace) -> int:
+    import refset
+
+    options: dict[str, Any] = {}
+    for item in a.option or []:
+        k, _, v = item.partition("=")
+        try:
+            options[k] = json.loads(v)
+        except ValueError:
+            options[k] = v
+    rs = refset.load(a.input)
+    refset.save(rs, a.output, format=a.format, **options)
+    size = _size_on_disk(a.output)
+    if size is not None:
+        sys.stderr.write(f"wrote {a.output} ({size:,} bytes)\n")
+    return EXIT_OK
+
+
+def cmd_cat(a: argparse.Namespace) -> int:
+    import refset
+
+    rs = refset.load(a.refs)
+    fs = refset.ReferenceFileSystem(fo=rs)
+    data = fs.cat_file(a.key, start=a.start, end=a.end)
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="refset",
+        description="Inspect, validate, convert and read kerchunk-style reference sets.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    s = sub.add_parser("info", help="summarise a reference set",
+                       description="Keys by kind, arrays with shape/chunk grid/fraction present, "
+                                   "unique URLs, referenced bytes, format and size on disk.")
+    s.add_argument("refs", help="reference set: JSON (.json/.gz/.zst), parquet directory or packed file")
+    s.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    s.set_defaults(func=cmd_info)
+
+    s = sub.add_parser("validate", help="check a reference set and list every problem",
+                       description="Print one line per problem (where and why); exit 1 if any.")
+    s.add_argument("refs", help="reference set file or directory")
+    s.add_argument("--max-gen", type=int, default=100_000_000,
+                   help="refuse Version 1 'gen' producing more keys than this (default 100 million)")
+    s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("ls", help="list keys", description="List the keys under PREFIX (all keys "
+                       "when omitted), metadata keys first, then chunk keys in C order.")
+    s.add_argument("refs", help="reference set")
+    s.add_argument("prefix", nargs="?", default="", help="only keys equal to or under this path")
+    s.add_argument("-l", "--long", action="store_true", help="also print kind, url, offset, length")
+    s.set_defaults(func=cmd_ls)
+
+    s = sub.add_parser("convert", help="convert between formats",
+                       description="Read IN (any format) and write OUT atomically. The format is "
+                                   "inferred from OUT unless --format is given.")
+    s.add_argument("input", metavar="IN")
+    s.add_argument("output", metavar="OUT")
+    s.add_argument("--format", choices=["json", "v1", "parquet", "packed"],
+                   help="json = Version 0, v1 = Version 1 with templates/gen")
+    s.add_argument("-o", "--option", action="append", metavar="NAME=VALUE",
+                   help="writer option, e.g. -o record_size=100000 (repeatable)")
+    s.set_defaults(func=cmd_convert)
+
+    s = sub.add_parser("cat", help="write the bytes of one key to stdout",
+                       description="Inline data decoded; ranges relative to the referenced block.")
+    s.add_argument("refs", help="reference set")
+    s.add_argument("key", help="key, e.g. temp/0.0.0")
+    s.add_argument("--start", type=int, default=None, help="first byte (default 0)")
+    s.add_argument("--end", type=int, default=None, help="end byte, exclusive (default: the end)")
+    s.set_defaults(func=cmd_cat)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    from .errors import InvalidReferences, ReferenceNotReachable, Unsupported
+
+    try:
+        return int(a.func(a))
+    except (InvalidReferences, Unsupported) as e:
+        sys.stderr.write(f"refset {a.command}: invalid input:\n{e}\n")
+        return EXIT_INVALID
+    except FileNotFoundError as e:
+        sys.stderr.write(f"refset {a.command}: not found: {e}\n")
+        return EXIT_INVALID
+    except (ReferenceNotReachable, OSError) as e:
+        sys.stderr.write(f"refset {a.command}: {e}\n")
+        return EXIT_INVALID
+    except KeyError as e:
+        sys.stderr.write(f"refset {a.command}: no such key: {e}\n")
+        return EXIT_INVALID
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Writing Version 1: repeated URLs become ``templates``, regular runs of chunks become ``gen``.
+
+Each device is used only where it makes the output smaller:
+- a URL referenced by many keys is written once as a template and referred to as ``{{name}}``;
+- a run of consecutive chunks (C order) in one file, with one length and each chunk starting where
+  the previous one ends, becomes one ``gen`` entry over the run's flat chunk index ``i``.
+The output is plain Version 1, readable by fsspec's ``ReferenceFileSystem(simple_templates=False)``.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import numpy as np
+
+from ..model import INLINE, RANGE, WHOLE, ReferenceSet, array_key, encode_inline
+
+__all__ = ["dumps_v1", "v1_document"]
+
+MIN_RUN = 4  # a gen entry costs about as much as three reference lines
+_ALPHA = string.ascii_letters
+_ALNUM = string.ascii_letters + string.digits
+
+
+def _name(n: int) -> str:
+    """Short identifiers: a..Z, then aa, ab, ... (jinja names: letter first)."""
+    head, n = _ALPHA[n % len(_ALPHA)], n // len(_ALPHA)
+    tail = ""
+    while n:
+        n -= 1
+        tail = _ALNUM[n % len(_ALNUM)] + tail
+        n //= len(_ALNUM)
+    return head + tail
+
+
+def _escape(url: str) -> str:
+    """A URL as a jinja string that renders to itself."""
+    if "{{" in url:
+        return "{% raw %}" + url + "{% endraw %}"
+    return url
+
+
+def _url_names(urls: list[str], uses: np.ndarray) -> dict[int, str]:
+    """Template names for URLs whose repetition costs more than a template would."""
+    out: dict[int, str] = {}
+    for pid in np.argsort(-uses, kind="stable").tolist():
+        url, n = urls[pid], int(uses[pid])
+        if "{{" in url or "{%" in url or "{#" in url:
+            continue
+        name = _name(len(out) + (len(out) >= 8))  # never "i", the gen dimension
+        saved = n * (len(url) - len(name) - 4) - (len(url) + len(name) + 6)
+        if saved <= 0:
+            break
+        out[pid] = name
+    return out
+
+
+def _key_template(path: str, grid: Any) -> str:
+    """Jinja key of the chunk with flat index ``i`` of an array with this grid."""
+    gs = grid.grid_shape
+    parts = []
+    for d in range(len(gs)):
+        inner = int(np.prod(gs[d + 1 :], dtype=np.int64))
+        expr = "i" if inner == 1 else f"i // {inner}"
+        if d > 0:
+            expr = f"({expr}) % {gs[d]}" if inner != 1 else f"i % {gs[d]}"
+        parts.append("{{" + expr + "}}")
+    body = grid.separator.join(parts)
+    if grid.prefix:
+        body = grid.prefix + grid.separator + body
+    return array_key(path, body)
+
+
+def _runs(kind: np.ndarray, pid: np.ndarray, off: np.ndarray, ln: np.ndarray) -> np.ndarray:
+    """(start, stop) flat-index pairs of regular runs of at least MIN_RUN range references."""
+    n = kind.shape[0]
+    if n < MIN_RUN:
+        return np.zeros((0, 2), np.int64)
+    rng = kind == RANGE
+    o = off.astype(np.int64)
+    n_ = ln.astype(np.int64)
+    cont = rng[1:] & rng[:-1] & (pid[1:] == pid[:-1]) & (n_[1:] == n_[:-1]) & (o[1:] == o[:-1] + n_[:-1])
+    # runs of True in cont: chunks s..e are one regular run when cont[s:e] all True
+    edges = np.diff(np.concatenate(([0], cont.view(np.int8), [0])))
+    starts = np.flatnonzero(edges == 1)
+    stops = np.flatnonzero(edges == -1) + 1
+    keep = stops - starts >= MIN_RUN
+    return np.stack([starts[keep], stops[keep]], axis=1)
+
+
+def v1_document(rs: ReferenceSet) -> dict[str, Any]:
+    """The Version 1 document of ``rs`` (templates and gen where they pay)."""
+    urls = rs.urls
+    uses = np.zeros(len(urls), np.int64)
+    o = rs.other
+    refd = (o.kind == RANGE) | (o.kind == WHOLE)
+    np.add.at(uses, o.path_id[refd].astype(np.int64), 1)
+    runs: dict[str, np.ndarray] = {}
+    in_run: dict[str, np.ndarray] = {}
+    for path in rs.grids:
+        t = rs.table(path)
+        r = runs[path] = _runs(t.kind, t.path_id, t.offset, t.length)
+        mask = np.zeros(t.nchunks + 1, np.int8)
+        np.add.at(mask, r[:, 0], 1)
+        np.add.at(mask, r[:, 1], -1)
+        in_run[path] = np.cumsum(mask[:-1]) > 0
+        refd = ((t.kind == RANGE) | (t.kind == WHOLE)) & ~in_run[path]
+        np.add.at(uses, t.path_id[refd].astype(np.int64), 1)
+        np.add.at(uses, t.path_id[r[:, 0]].astype(np.int64), 1)
+    names = _url_names(urls, uses)
+    spelled = [("{{" + names[i] + "}}") if i in names else _escape(u) for i, u in enumerate(urls)]
+    refs: dict[str, Any] = {}
+
+    def put(keys: list[str], kind: np.ndarray, pid: np.ndarray, off: np.ndarray, ln: np.ndarray,
+            data: list[bytes | None]) -> None:
+        for key, k, p, of, n, d in zip(keys, kind.tolist(), pid.tolist(), off.tolist(), ln.tolist(),
+                                       data):
+            if k == INLINE:
+                refs[key] = encode_inline(d)  # type: ignore[arg-type]
+            elif k == WHOLE:
+                refs[key] = [spelled[p]]
+            elif k == RANGE:
+                refs[key] = [spelled[p], of, n]
+
+    put(o.keys.tolist(), o.kind, o.path_id, o.offset, o.length, o.data.tolist())
+    gens: list[dict[str, Any]] = []
+    for path in rs.grids:
+        t = rs.table(path)
+        flat = np.flatnonzero((t.kind != 0) & ~in_run[path])
+        put(rs.keys_at(path, flat), t.kind[flat], t.path_id[flat], t.offset[flat], t.length[flat],
+            [t.inline.get(f) for f in flat.tolist()])
+        if not len(runs[path]):
+            continue
+        key = _key_template(path, t.grid)
+        for s, e in runs[path].tolist():
+            ln = int(t.length[s])
+            base = int(t.offset[s]) - s * ln
+            sign = "+" if base >= 0 else "-"
+            gens.append({
+                "key": key,
+                "url": spelled[int(t.path_id[s])],
+                "offset": f"{{{{i * {ln} {sign} {abs(base)}}}}}" if base else f"{{{{i * {ln}}}}}",
+                "length": str(ln),
+                "dimensions": {"i": {"start": s, "stop": e}},
+            })
+    doc: dict[str, Any] = {"version": 1}
+    if names:
+        doc["templates"] = {names[i]: urls[i] for i in sorted(names, key=lambda i: names[i])}
+    if gens:
+        doc["gen"] = gens
+    doc["refs"] = refs
+    return doc
+
+
+def dumps_v1(rs: ReferenceSet) -> bytes:
+    """Version 1 JSON text of ``rs``."""
+    import msgspec
+
+    return msgspec.json.encode(v1_document(rs))
