@@ -81,7 +81,7 @@ class _Store:
 class _Record:
     """One decoded record file: columns in row order (row i is chunk ``record * R + i``)."""
 
-    __slots__ = ("kind", "path_id", "offset", "length", "inline", "nrows")
+    __slots__ = ("inline", "kind", "length", "nrows", "offset", "path_id")
 
     def __init__(self, kind: np.ndarray, path_id: np.ndarray, offset: np.ndarray, length: np.ndarray,
                  inline: dict[int, bytes], nrows: int) -> None:
@@ -155,7 +155,7 @@ def decode_record(data: bytes, where: str, url_id: Any) -> _Record:
             raw = raw.cast(pa.binary())
         has_raw = raw.is_valid().to_numpy(zero_copy_only=False)
         rows = np.flatnonzero(has_raw)
-        inline = dict(zip(rows.tolist(), raw.take(pa.array(rows)).to_pylist()))
+        inline = dict(zip(rows.tolist(), raw.take(pa.array(rows)).to_pylist(), strict=True))
         kind[has_raw] = INLINE  # raw wins over path, as in fsspec
         pid[has_raw] = 0
     live = kind == RANGE
@@ -227,7 +227,7 @@ class ParquetReferenceSet(ReferenceSet):
         if hit is None:
             return None
         path, idx = hit
-        return path, sum(i * s for i, s in zip(idx, self._strides[path]))
+        return path, sum(i * s for i, s in zip(idx, self._strides[path], strict=True))
 
     def _chunk_ref(self, path: str, flat: int, key: str) -> Ref:
         # docstring inherited

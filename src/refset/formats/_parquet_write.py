@@ -47,7 +47,7 @@ def _split_other(rs: ReferenceSet) -> tuple[dict[str, object], list[tuple[str, i
     meta: dict[str, object] = {}
     rest = []
     cols = zip(o.keys.tolist(), o.kind.tolist(), o.path_id.tolist(), o.offset.tolist(),
-               o.length.tolist(), o.data.tolist())
+               o.length.tolist(), o.data.tolist(), strict=True)
     for key, kind, pid, off, ln, data in cols:
         if kind == INLINE and _is_v2_metadata(key):
             try:
@@ -211,12 +211,12 @@ def _collect(rs: ReferenceSet) -> tuple[dict[str, object], list[_Array]]:
         raise Unsupported("cannot write parquet references:\n" + "\n".join(problems))
     for path, rows in routed.items():
         rows.sort()
-        cols = list(zip(*rows))
+        cols = list(zip(*rows, strict=True))
         flat = np.array(cols[0], np.int64)
         arrays.append(_Array(
             path, sparse_grids[path], np.array(cols[1], np.uint8), np.array(cols[2], np.int64),
             np.array(cols[3], np.uint64), np.array(cols[4], np.uint64),
-            {f: d for f, k, d in zip(cols[0], cols[1], cols[5]) if k == INLINE}, flat=flat,
+            {f: d for f, k, d in zip(cols[0], cols[1], cols[5], strict=True) if k == INLINE}, flat=flat,
         ))
     return meta, arrays
 
