@@ -38,7 +38,7 @@ def read_v1(
     for k in doc:
         if k not in ("version", "templates", "gen", "refs"):
             problems.append(f"{json.dumps(k)}: unknown top-level field of a Version 1 document")
-    tmpl = doc.get("templates") or {}
+    tmpl = doc.get("templates", {})
     if not isinstance(tmpl, dict):
         problems.append(f"templates: must be an object, got {type(tmpl).__name__}")
         tmpl = {}

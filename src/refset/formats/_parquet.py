@@ -304,9 +304,8 @@ class ParquetReferenceSet(ReferenceSet):
                 self._rows_stored[p], self._records_found[p] = self._count_rows(p)
         stored = sum(self._rows_stored.values())
         return {
-            "format": "parquet (fsspec LazyReferenceMapper layout)",
+            "format": "parquet",
             "record_size": self.record_size,
-            "arrays": len(self.grids),
             "records": sum(self._records_found.values()),
             "records_expected": sum(-(-g.nchunks // self.record_size) for g in self.grids.values()),
             "rows_stored": stored,

@@ -1,0 +1,349 @@
+"""Range planning and concurrent fetching.
+
+Many reads of byte ranges are served as few requests: group by target URL, sort by offset, merge
+ranges whose gap is at most ``max_gap`` while the merged block stays within ``max_block``, fetch the
+blocks concurrently with a bounded number in flight, then slice every requested range back out.
+Planning is vectorised over numpy columns; only the blocks and the results are Python objects.
+
+Target filesystems are reached through :class:`Targets`, which creates them lazily per protocol and
+calls them from any event loop: sync filesystems run in a worker thread, async ones are awaited on the
+loop they are bound to (hopping loops when needed), so the asynchronous flags of the reference
+filesystem and its targets never have to agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Plan",
+    "plan_ranges",
+    "Targets",
+    "ShortRead",
+    "RangeReader",
+    "acall",
+    "DEFAULT_MAX_GAP",
+    "DEFAULT_MAX_BLOCK",
+    "DEFAULT_MAX_INFLIGHT",
+]
+
+DEFAULT_MAX_GAP = 64_000  # bytes; as fsspec's ReferenceFileSystem
+DEFAULT_MAX_BLOCK = 256_000_000  # bytes; as fsspec's ReferenceFileSystem
+DEFAULT_MAX_INFLIGHT = 64  # requests in flight at once per reader
+RETRIES = 2  # extra attempts after a transient failure
+_GAP_CAP = 1 << 40  # max_gap beyond this merges everything in a file anyway; keeps int64 arithmetic safe
+
+
+class ShortRead(OSError):
+    """A target returned a different number of bytes than the range asked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Blocks to fetch and, per request, the block that holds it.
+
+    ``block_pid``, ``block_start``, ``block_end`` (end exclusive, bytes): one row per block.
+    ``req_block``: for every request (in the caller's order), its row in the block columns.
+    """
+
+    block_pid: np.ndarray
+    block_start: np.ndarray
+    block_end: np.ndarray
+    req_block: np.ndarray
+
+    @property
+    def nblocks(self) -> int:
+        return len(self.block_pid)
+
+
+def plan_ranges(
+    pid: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    max_gap: int = DEFAULT_MAX_GAP,
+    max_block: int = DEFAULT_MAX_BLOCK,
+) -> Plan:
+    """Merge byte ranges ``[start, end)`` of targets ``pid`` into blocks.
+
+    Ranges of one target merge when the gap between them is ``<= max_gap`` (a negative ``max_gap``
+    disables merging, even of adjacent ranges) and the merged block is ``<= max_block`` bytes; a single
+    range longer than ``max_block`` stays one block.
+    """
+    pid = np.asarray(pid, np.int64)
+    start = np.asarray(start, np.int64)
+    end = np.asarray(end, np.int64)
+    n = len(pid)
+    if n == 0:
+        z = np.zeros(0, np.int64)
+        return Plan(z, z, z, z)
+    order = np.lexsort((start, pid))
+    p, s, e = pid[order], start[order], end[order]
+    newgrp = np.empty(n, bool)
+    newgrp[0] = True
+    np.not_equal(p[1:], p[:-1], out=newgrp[1:])
+    if max_gap < 0:
+        new = np.ones(n, bool)
+    else:
+        gap = min(int(max_gap), _GAP_CAP)
+        # shift each target's ranges into its own disjoint stretch of one axis, so that one running
+        # maximum of ends serves every target
+        gid = np.cumsum(newgrp) - 1
+        first = np.flatnonzero(newgrp)
+        gmin = s[first]
+        gspan = np.maximum.reduceat(e, first) - gmin
+        base = np.concatenate(([0], np.cumsum(gspan + gap + 2)[:-1]))
+        shift = base[gid] - gmin[gid]
+        ss, ee = s + shift, e + shift
+        cm = np.maximum.accumulate(ee)
+        new = np.empty(n, bool)
+        new[0] = True
+        np.greater(ss[1:], cm[:-1] + gap, out=new[1:])
+        new |= newgrp
+    bid = np.cumsum(new) - 1
+    heads = np.flatnonzero(new)
+    bstart = s[heads]
+    bend = np.maximum.reduceat(e, heads)
+    big = np.flatnonzero((bend - bstart > max_block) & (np.diff(np.append(heads, n)) > 1))
+    if big.size:
+        # split oversized blocks greedily, in offset order (rare: only with a small max_block)
+        tails = np.append(heads[1:], n)
+        for b in big.tolist():
+            lo, hi = int(heads[b]), int(tails[b])
+            cur_s, cur_e = int(s[lo]), int(e[lo])
+            for i in range(lo + 1, hi):
+                si, ei = int(s[i]), int(e[i])
+                if max(cur_e, ei) - cur_s > max_block:
+                    new[i] = True
+                    cur_s, cur_e = si, ei
+                else:
+                    cur_e = max(cur_e, ei)
+        bid = np.cumsum(new) - 1
+        heads = np.flatnonzero(new)
+        bstart = s[heads]
+        bend = np.maximum.reduceat(e, heads)
+    req_block = np.empty(n, np.int64)
+    req_block[order] = bid
+    return Plan(p[heads], bstart, bend, req_block)
+
+
+# -- reaching target filesystems -----------------------------------------------------------------
+
+
+def _is_in_memory(fs: Any) -> bool:
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    return isinstance(fs, MemoryFileSystem)
+
+
+async def acall(fs: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """Call method ``name`` of filesystem ``fs`` from the running event loop, whatever ``fs`` is.
+
+    Sync filesystems run in a worker thread (in-memory ones directly); async ones are awaited on
+    their own loop: directly when it is the running loop or unbound, else through
+    ``run_coroutine_threadsafe`` on the loop they belong to.
+    """
+    if not getattr(fs, "async_impl", False):
+        meth = getattr(fs, name)
+        if _is_in_memory(fs):
+            return meth(*args, **kwargs)
+        return await asyncio.to_thread(meth, *args, **kwargs)
+    coro_fn = getattr(fs, "_" + name)
+    own = getattr(fs, "_loop", None)
+    running = asyncio.get_running_loop()
+    if own is None or own is running or not own.is_running() or own.is_closed():
+        return await coro_fn(*args, **kwargs)
+    fut = asyncio.run_coroutine_threadsafe(coro_fn(*args, **kwargs), own)
+    return await asyncio.wrap_future(fut)
+
+
+def split_protocol(url: str) -> tuple[str | None, str]:
+    """``"s3://b/k"`` -> ``("s3", "b/k")``; a local path (no ``://``) -> ``(None, path)``."""
+    head, sep, rest = url.partition("://")
+    if sep and head and "/" not in head and ":" not in head:
+        return head, rest
+    return None, url
+
+
+class Targets:
+    """Target filesystems by protocol, created on first use.
+
+    ``fs``: one filesystem instance (used for its protocols and for URLs without one), or a dict
+    ``{protocol: instance | options dict}``. ``remote_options`` configure the filesystem of
+    ``remote_protocol`` (or, when that is not given, every filesystem created here). URLs without a
+    protocol are local paths, unless ``remote_protocol`` (or a single ``fs``) says otherwise.
+    """
+
+    def __init__(
+        self,
+        *,
+        remote_protocol: str | None = None,
+        remote_options: Mapping[str, Any] | None = None,
+        fs: Any = None,
+    ) -> None:
+        self.remote_protocol = remote_protocol
+        # we manage event loops ourselves: an "asynchronous" flag given for fsspec's sake is dropped
+        self.remote_options = {
+            k: v for k, v in (remote_options or {}).items() if k not in ("asynchronous", "loop")
+        }
+        self._fss: dict[str | None, Any] = {}
+        self._opts: dict[str | None, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._default: Any = None
+        if isinstance(fs, Mapping):
+            for k, v in fs.items():
+                proto = k.split(":", 1)[0] if k else None
+                if isinstance(v, Mapping):
+                    self._opts[proto] = {
+                        a: b for a, b in v.items() if a not in ("asynchronous", "loop")
+                    }
+                else:
+                    self._register(proto, v)
+        elif fs is not None:
+            protos = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+            for p in protos:
+                self._register(p, fs)
+            self._default = fs
+
+    def _register(self, proto: str | None, fs: Any) -> None:
+        self._fss[proto] = fs
+        if proto is not None:
+            # "file" and "local" name the same filesystem; so do "s3" and "s3a" etc.
+            for p in fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,):
+                self._fss.setdefault(p, fs)
+
+    def get(self, proto: str | None) -> Any:
+        """The filesystem serving URLs of protocol ``proto`` (None: URLs without a protocol)."""
+        fs = self._fss.get(proto)
+        if fs is not None:
+            return fs
+        with self._lock:
+            fs = self._fss.get(proto)
+            if fs is not None:
+                return fs
+            fs = self._create(proto)
+            self._fss[proto] = fs
+            return fs
+
+    def _create(self, proto: str | None) -> Any:
+        import fsspec
+
+        if proto is None:
+            if self._default is not None:
+                return self._default
+            if None in self._opts:
+                return fsspec.filesystem("file", **self._opts[None])
+            if self.remote_protocol:
+                return self.get(self.remote_protocol)
+            return fsspec.filesystem("file")
+        if proto in self._opts:
+            opts = self._opts[proto]
+        elif self.remote_protocol is None or proto == self.remote_protocol:
+            opts = self.remote_options
+        else:
+            opts = {}
+        return fsspec.filesystem(proto, **opts)
+
+    def for_url(self, url: str) -> Any:
+        return self.get(split_protocol(url)[0])
+
+    def instances(self) -> dict[str | None, Any]:
+        """The filesystems created or given so far."""
+        return dict(self._fss)
+
+
+def _transient(e: BaseException) -> bool:
+    """Worth another attempt: network trouble, not a missing file or a bad argument."""
+    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
+                      ShortRead, ValueError, TypeError, KeyError, NotImplementedError)):
+        return False
+    if isinstance(e, (TimeoutError, ConnectionError, asyncio.TimeoutError)):
+        return True
+    mod = type(e).__module__ or ""
+    return mod.startswith(("aiohttp", "botocore", "aiobotocore", "requests", "urllib3"))
+
+
+async def read_range(
+    targets: Targets, url: str, start: int | None, end: int | None, *, retries: int = RETRIES
+) -> bytes:
+    """Bytes ``[start, end)`` of ``url`` (None: from the beginning / to the end), retrying transient
+    failures. Never longer than asked; a shorter answer is left for the caller to judge."""
+    fs = targets.for_url(url)
+    attempt = 0
+    while True:
+        try:
+            data = await acall(fs, "cat_file", url, start=start, end=end)
+            break
+        except Exception as e:
+            if attempt >= retries or not _transient(e):
+                raise
+            attempt += 1
+            await asyncio.sleep(0.05 * 2**attempt)
+    if start is not None and end is not None and start >= 0 and end >= 0 and len(data) > end - start:
+        raise ShortRead(f"{url}: asked for bytes {start}-{end} ({end - start}), got {len(data)} bytes")
+    return bytes(data) if not isinstance(data, bytes) else data
+
+
+class RangeReader:
+    """Reads many byte ranges with few requests (see :func:`plan_ranges`).
+
+    ``max_inflight`` bounds the number of block requests running at once.
+    """
+
+    def __init__(
+        self,
+        targets: Targets,
+        *,
+        max_gap: int = DEFAULT_MAX_GAP,
+        max_block: int = DEFAULT_MAX_BLOCK,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+    ) -> None:
+        self.targets = targets
+        self.max_gap = max_gap
+        self.max_block = max_block
+        self.max_inflight = max_inflight
+        self.requests = 0  # block requests sent (for benchmarks and tests)
+
+    async def read(
+        self, urls: Sequence[str], pid: np.ndarray, start: np.ndarray, end: np.ndarray
+    ) -> list[bytes | BaseException]:
+        """Bytes ``[start[i], end[i])`` of ``urls[pid[i]]`` for every i, in order; a failed read is
+        the exception instead (a :class:`ShortRead` when the target ended early)."""
+        n = len(pid)
+        if n == 0:
+            return []
+        plan = plan_ranges(pid, start, end, self.max_gap, self.max_block)
+        bp, bs, be = plan.block_pid.tolist(), plan.block_start.tolist(), plan.block_end.tolist()
+        sem = asyncio.Semaphore(self.max_inflight)
+
+        async def one(b: int) -> bytes:
+            async with sem:
+                self.requests += 1
+                return await read_range(self.targets, urls[bp[b]], bs[b], be[b])
+
+        blocks = await asyncio.gather(*(one(b) for b in range(len(bp))), return_exceptions=True)
+        out: list[bytes | BaseException] = []
+        rb = plan.req_block.tolist()
+        for i, s, e in zip(range(n), start.tolist(), end.tolist(), strict=False):
+            b = rb[i]
+            data = blocks[b]
+            if isinstance(data, BaseException):
+                out.append(data)
+                continue
+            b0 = bs[b]
+            if s == b0 and e == be[b] and len(data) == e - s:
+                out.append(data)
+                continue
+            piece = data[s - b0 : e - b0]
+            if len(piece) != e - s:
+                out.append(ShortRead(
+                    f"{urls[bp[b]]}: asked for bytes {s}-{e} ({e - s}), got {len(piece)} bytes"
+                ))
+            else:
+                out.append(piece)
+        return out

@@ -1,0 +1,250 @@
+"""Encoding of the packed format's blocks: chunk-table segments, the URL table and the other-keys
+table (see docs/packed-format.md, "Segment block", "URL block", "Other block").
+
+A segment holds the chunk references of a contiguous range of flat chunk indices of one array. Its
+idea is the blog's custom generator, made lossless and vectorised: chunks are grouped in *runs* of
+consecutive located chunks (range or whole-file) in the same file; each run stores its file and first
+offset once; every later chunk's offset is predicted as the end of the chunk before it, so only the
+*gap* (0 almost always; negative for out-of-order chunks) is stored; lengths are stored as differences
+from a base (the median); absent chunks are a bitmap. Decoding is numpy cumsum/repeat, never a
+per-chunk Python loop.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..model import ABSENT, INLINE, RANGE, WHOLE, KeyTable
+from ._packed_codec import BlockReader, BlockWriter, unzigzag, zigzag
+
+__all__ = [
+    "Segment",
+    "encode_segment",
+    "decode_segment",
+    "encode_strings",
+    "decode_strings",
+    "encode_other",
+    "decode_other",
+    "array_stats",
+]
+
+ALL_PRESENT, ALL_RANGE = 1, 2
+_U64 = np.uint64
+
+
+class Segment(NamedTuple):
+    """Decoded columns of cells ``[lo, lo + len(kind))`` of one array; ``inline`` keys are global."""
+
+    kind: np.ndarray
+    path_id: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+    inline: dict[int, bytes]
+
+
+def _located(kind: np.ndarray) -> np.ndarray:
+    return (kind == RANGE) | (kind == WHOLE)
+
+
+def encode_segment(
+    w: BlockWriter,
+    kind: np.ndarray,
+    path_id: np.ndarray,
+    offset: np.ndarray,
+    length: np.ndarray,
+    inline: dict[int, bytes],
+    lo: int,
+) -> dict[str, int]:
+    """Write the segment of cells ``lo..lo+len(kind)`` (columns already sliced); return gap counts."""
+    ncells = len(kind)
+    present = kind != ABSENT
+    pflat = np.flatnonzero(present)
+    kp = kind[pflat]
+    flags = (ALL_PRESENT if len(pflat) == ncells else 0) | (ALL_RANGE if bool((kp == RANGE).all()) else 0)
+    w.u64(ncells)
+    w.u8(flags)
+    if not flags & ALL_PRESENT:
+        w.blob(np.packbits(present, bitorder="little").tobytes())
+    w.u64(len(pflat))
+    if not flags & ALL_RANGE:
+        w.ints(kp.astype(np.uint64))
+    loc = pflat[_located(kp)]
+    rng = kind[loc] == RANGE
+    pid = path_id[loc].astype(np.int64)
+    off = np.where(rng, offset[loc].astype(_U64), _U64(0))
+    ln = np.where(rng, length[loc].astype(_U64), _U64(0))
+    n = len(loc)
+    start = np.ones(n, bool)
+    if n > 1:
+        start[1:] = pid[1:] != pid[:-1]
+    spos = np.flatnonzero(start)
+    runlen = np.diff(np.append(spos, n))
+    rpid = pid[spos]
+    w.u64(len(spos))
+    w.ints(zigzag(np.diff(rpid, prepend=0).view(_U64)))
+    w.ints((runlen - 1).astype(_U64))
+    w.ints(off[spos])
+    base = _U64(np.partition(ln, n // 2)[n // 2]) if n else _U64(0)
+    w.u64(int(base))
+    w.ints(zigzag(ln - base))
+    follow = ~start[1:]
+    gaps = (off[1:] - (off[:-1] + ln[:-1]))[follow]
+    w.ints(zigzag(gaps))
+    iflat = pflat[kp == INLINE]
+    blobs = [inline[lo + int(i)] for i in iflat]
+    w.ints(np.fromiter((len(b) for b in blobs), _U64, len(blobs)))
+    w.blob(b"".join(blobs))
+    sg = gaps.view(np.int64)
+    return {"runs": len(spos), "gaps": int(np.count_nonzero(sg)), "negative_gaps": int((sg < 0).sum())}
+
+
+def decode_segment(r: BlockReader, lo: int, nurls: int) -> Segment:
+    """Read one segment block written by :func:`encode_segment`."""
+    ncells = r.count(1 << 40, "cell count")
+    flags = r.u8()
+    if flags & ~(ALL_PRESENT | ALL_RANGE):
+        raise r.fail(f"unknown segment flags {flags:#x}")
+    if flags & ALL_PRESENT:
+        present = np.ones(ncells, bool)
+    else:
+        bits = np.frombuffer(r.blob((ncells + 7) // 8), np.uint8)
+        present = np.unpackbits(bits, count=ncells, bitorder="little").view(bool)
+    pflat = np.flatnonzero(present)
+    npresent = r.count(ncells, "present count")
+    if npresent != len(pflat):
+        raise r.fail(f"present count {npresent} disagrees with the bitmap ({len(pflat)})")
+    if flags & ALL_RANGE:
+        kp = np.full(npresent, RANGE, np.uint8)
+    else:
+        kp64 = r.ints(npresent)
+        if npresent and (kp64.min() < RANGE or kp64.max() > INLINE):
+            raise r.fail("kind code outside 1..3")
+        kp = kp64.astype(np.uint8)
+    kind = np.zeros(ncells, np.uint8)
+    kind[pflat] = kp
+    loc = pflat[_located(kp)]
+    n = len(loc)
+    nruns = r.count(n, "run count")
+    if (nruns == 0) != (n == 0):
+        raise r.fail(f"{nruns} runs for {n} located chunks")
+    rpid = np.cumsum(unzigzag(r.ints(nruns)).view(np.int64))
+    runlen = r.ints(nruns).astype(np.int64) + 1
+    if int(runlen.sum()) != n:
+        raise r.fail(f"runs cover {int(runlen.sum())} chunks, expected {n}")
+    if nruns and (rpid.min() < 0 or rpid.max() >= nurls):
+        raise r.fail(f"file index outside the URL table of {nurls}")
+    starts = r.ints(nruns)
+    base = _U64(r.u64())
+    ln = unzigzag(r.ints(n)) + base
+    gaps = unzigzag(r.ints(n - nruns))
+    spos = np.cumsum(runlen) - runlen
+    follow = np.ones(n, bool)
+    follow[spos] = False
+    d = np.zeros(n, _U64)
+    if n > 1:
+        d[1:][follow[1:]] = ln[:-1][follow[1:]] + gaps
+    c = np.cumsum(d, dtype=_U64)
+    run = np.repeat(np.arange(nruns), runlen)
+    off = starts[run] + (c - c[spos][run])
+    path_id = np.zeros(ncells, np.int64)
+    offset = np.zeros(ncells, _U64)
+    length = np.zeros(ncells, _U64)
+    path_id[loc] = np.repeat(rpid, runlen)
+    offset[loc] = off
+    length[loc] = ln
+    iflat = pflat[kp == INLINE]
+    sizes = r.ints(len(iflat)).astype(np.int64)
+    data = r.blob(int(sizes.sum()))
+    ends = np.cumsum(sizes).tolist()
+    inline = {lo + i: data[e - s : e] for i, s, e in zip(iflat.tolist(), sizes.tolist(), ends)}
+    r.end()
+    return Segment(kind, path_id, offset, length, inline)
+
+
+def encode_strings(w: BlockWriter, items: list[str]) -> None:
+    """A string column: byte lengths (ints) and the concatenated UTF-8 (blob)."""
+    raw = [s.encode("utf-8", "surrogatepass") for s in items]
+    w.ints(np.fromiter((len(b) for b in raw), _U64, len(raw)))
+    w.blob(b"".join(raw))
+
+
+def decode_strings(r: BlockReader, n: int) -> list[str]:
+    sizes = r.ints(n).astype(np.int64)
+    data = r.blob(int(sizes.sum()))
+    ends = np.cumsum(sizes)
+    if data.isascii():
+        text = data.decode("ascii")
+        return [text[e - s : e] for s, e in zip(sizes.tolist(), ends.tolist())]
+    try:
+        return [data[e - s : e].decode("utf-8", "surrogatepass")
+                for s, e in zip(sizes.tolist(), ends.tolist())]
+    except UnicodeDecodeError as e:
+        raise r.fail(f"string is not UTF-8 ({e})") from e
+
+
+def encode_other(w: BlockWriter, t: KeyTable) -> None:
+    """The generic key table: keys, kind, path_id, offset, length, then inline data."""
+    w.u64(len(t))
+    encode_strings(w, t.keys.tolist())
+    for col in (t.kind, t.path_id, t.offset, t.length):
+        w.ints(np.asarray(col).astype(_U64))
+    inl = np.flatnonzero(t.kind == INLINE)
+    blobs = [bytes(t.data[i]) for i in inl.tolist()]
+    w.ints(np.fromiter((len(b) for b in blobs), _U64, len(blobs)))
+    w.blob(b"".join(blobs))
+
+
+def decode_other(r: BlockReader, nurls: int) -> KeyTable:
+    n = r.count(1 << 40, "key count")
+    names = decode_strings(r, n)
+    keys = np.empty(n, object)
+    keys[:] = names
+    kind64, pid, off, ln = (r.ints(n) for _ in range(4))
+    if n and kind64.max() > INLINE:
+        raise r.fail("kind code outside 0..3")
+    kind = kind64.astype(np.uint8)
+    if n and int(pid[(kind == RANGE) | (kind == WHOLE)].max(initial=0)) >= max(nurls, 1):
+        raise r.fail(f"file index outside the URL table of {nurls}")
+    inl = np.flatnonzero(kind == INLINE)
+    sizes = r.ints(len(inl)).astype(np.int64)
+    blob = r.blob(int(sizes.sum()))
+    data = np.empty(n, object)
+    for i, s, e in zip(inl.tolist(), sizes.tolist(), np.cumsum(sizes).tolist()):
+        data[i] = blob[e - s : e]
+    r.end()
+    return KeyTable(keys, kind, pid, off, ln, data)
+
+
+def array_stats(kind: np.ndarray, path_id: np.ndarray, length: np.ndarray) -> dict[str, object]:
+    """The blog's figures for one array: modal length, chunks of another length (``unique``), distinct
+    lengths, skipped (absent) chunks, files and gfactor = 1 - (unique + skipped) / chunks."""
+    total = len(kind)
+    rng = kind == RANGE
+    ln = length[rng]
+    modal, nmodal, distinct = 0, 0, 0
+    if ln.size:
+        top = int(ln.max())
+        if top <= 4 * ln.size + (1 << 16):
+            counts = np.bincount(ln.astype(np.int64))
+            modal, nmodal = int(counts.argmax()), int(counts.max())
+            distinct = int(np.count_nonzero(counts))
+        else:
+            vals, counts = np.unique(ln, return_counts=True)
+            j = int(counts.argmax())
+            modal, nmodal, distinct = int(vals[j]), int(counts[j]), len(vals)
+    skipped = int(np.count_nonzero(kind == ABSENT))
+    unique = int(ln.size - nmodal)
+    located = _located(kind)
+    files = len(np.unique(path_id[located])) if located.any() else 0
+    return {
+        "chunks": total,
+        "present": total - skipped,
+        "skipped": skipped,
+        "modal_length": modal,
+        "unique": unique,
+        "distinct_lengths": distinct,
+        "files": files,
+        "gfactor": round(1 - (unique + skipped) / total, 4) if total else 1.0,
+    }

@@ -1,0 +1,177 @@
+"""A small HTTP file server for tests and benchmarks: 127.0.0.1, Range requests, optional delay per
+request, request counting.
+
+In a test::
+
+    with RangeServer(directory, delay=0.02) as srv:
+        url = srv.url + "/file.nc"
+        ...
+        srv.requests  # GET/HEAD requests answered so far
+
+From the command line (benchmarks run it in its own process)::
+
+    python tests/httpserver.py DIR --delay 0.02 --port 0
+    # prints "http://127.0.0.1:PORT" on its first line; GET /__count__ answers the request count
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["RangeServer"]
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _file(self) -> str | None:
+        rel = self.path.split("?", 1)[0].lstrip("/")
+        full = os.path.realpath(os.path.join(self.server.root, rel))
+        if not full.startswith(self.server.root + os.sep) or not os.path.isfile(full):
+            return None
+        return full
+
+    def _reply(self, body: bool) -> None:
+        if self.path == "/__count__":
+            data = str(self.server.count).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.server.bump()
+        if self.server.delay:
+            time.sleep(self.server.delay)
+        path = self._file()
+        if path is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        size = os.path.getsize(path)
+        start, end = 0, size  # end exclusive
+        status = 200
+        rng = self.headers.get("Range")
+        if rng:
+            m = _RANGE.match(rng.strip())
+            if not m or (not m.group(1) and not m.group(2)):
+                self.send_response(416)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            a, b = m.group(1), m.group(2)
+            if not a:
+                start, end = max(size - int(b), 0), size
+            else:
+                start, end = int(a), (min(int(b) + 1, size) if b else size)
+            if start >= size and size > 0:
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            status = 206
+        self.send_response(status)
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Content-Length", str(end - start))
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{max(end - 1, start)}/{size}")
+        self.end_headers()
+        if body and end > start:
+            with open(path, "rb") as f:
+                f.seek(start)
+                self.wfile.write(f.read(end - start))
+
+    def do_GET(self) -> None:
+        self._reply(True)
+
+    def do_HEAD(self) -> None:
+        self._reply(False)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+
+    def __init__(self, root: str, delay: float, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.root = os.path.realpath(root)
+        self.delay = delay
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def bump(self) -> None:
+        with self._lock:
+            self.count += 1
+
+
+class RangeServer:
+    """Serve ``root`` over HTTP on an ephemeral port of 127.0.0.1, in a background thread."""
+
+    def __init__(self, root: str | os.PathLike[str], *, delay: float = 0.0) -> None:
+        self._srv = _Server(os.fspath(root), delay)
+        self._thread = threading.Thread(target=self._srv.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._srv.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def requests(self) -> int:
+        return self._srv.count
+
+    def reset(self) -> None:
+        self._srv.count = 0
+
+    @property
+    def delay(self) -> float:
+        return self._srv.delay
+
+    @delay.setter
+    def delay(self, value: float) -> None:
+        self._srv.delay = value
+
+    def __enter__(self) -> RangeServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._srv.shutdown()
+        self._srv.server_close()
+        self._thread.join(5)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root")
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds added to every request")
+    ap.add_argument("--port", type=int, default=0)
+    a = ap.parse_args()
+    srv = _Server(a.root, a.delay, a.port)
+    host, port = srv.server_address[:2]
+    print(f"http://{host}:{port}", flush=True)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

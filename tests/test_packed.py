@@ -1,0 +1,311 @@
+"""The packed format: lossless round trips, the blog's failure cases, corruption, remote range reads."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import fsspec
+import numpy as np
+import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import refset
+from refset.errors import InvalidReferences
+from refset.formats._packed import MAGIC, PackedReferenceSet, pack
+from refset.model import ReferenceSet
+
+
+def zarray(shape: list[int], chunks: list[int], sep: str = ".") -> str:
+    return json.dumps({"shape": shape, "chunks": chunks, "dtype": "<f4", "compressor": None,
+                       "fill_value": None, "filters": None, "order": "C", "zarr_format": 2,
+                       "dimension_separator": sep})
+
+
+def roundtrip(rs: ReferenceSet | dict, tmp_path, **kw) -> ReferenceSet:
+    rs = refset.load(rs)
+    dest = tmp_path / "x.packed"
+    refset.save(rs, dest, **kw)
+    back = refset.load(str(dest))
+    assert isinstance(back, PackedReferenceSet)
+    assert len(back) == len(rs)
+    assert back.to_dict() == rs.to_dict()
+    return back
+
+
+def file_layout(nfiles: int, grid: tuple[int, ...], lengths: np.ndarray, swap: float = 0.0,
+                seed: int = 0) -> dict:
+    """One array, time-chunked over files; chunks contiguous in each file, optionally with a
+    fraction of neighbouring chunks swapped on disk."""
+    rng = np.random.default_rng(seed)
+    per = int(np.prod(grid))
+    refs: dict = {"v/.zarray": zarray([nfiles * 1, *[g * 10 for g in grid]], [1, *[10] * len(grid)])}
+    k = 0
+    for f in range(nfiles):
+        ln = lengths[k : k + per]
+        order = np.arange(per)
+        for i in np.flatnonzero(rng.random(per - 1) < swap):
+            order[i], order[i + 1] = order[i + 1], order[i]
+        off = np.empty(per, np.int64)
+        off[order] = 1000 + np.concatenate([[0], np.cumsum(ln[order])[:-1]])
+        for c in range(per):
+            idx = np.unravel_index(c, grid)
+            refs["v/" + ".".join(map(str, (f, *idx)))] = [f"s3://b/file{f}.nc", int(off[c]), int(ln[c])]
+        k += per
+    return refs
+
+
+# -- the blog's failure cases ----------------------------------------------------------------------
+def test_all_lengths_equal(tmp_path):
+    refs = file_layout(10, (4, 6), np.full(240, 4096))
+    back = roundtrip(refs, tmp_path)
+    st_ = back.format_info()["packed_arrays"]["v"]
+    assert st_["unique"] == 0 and st_["modal_length"] == 4096 and st_["gfactor"] == 1.0
+
+
+def test_swapped_neighbours(tmp_path):
+    # 3,840 references with 5% of neighbouring chunks swapped on disk (the blog's code got 3,742 wrong)
+    rng = np.random.default_rng(1)
+    refs = file_layout(10, (16, 24), rng.integers(1000, 9000, 3840), swap=0.05)
+    back = roundtrip(refs, tmp_path)
+    assert back.format_info()["packed_arrays"]["v"]["negative_gaps"] > 0
+
+
+def test_four_d_grid_and_partial_edge_chunks(tmp_path):
+    rng = np.random.default_rng(2)
+    refs = {"x/.zarray": zarray([5, 7, 3, 11], [2, 3, 2, 4], sep="/")}
+    for idx in np.ndindex(3, 3, 2, 3):
+        if rng.random() < 0.8:
+            refs["x/" + "/".join(map(str, idx))] = ["f.nc", int(rng.integers(0, 2**40)),
+                                                    int(rng.integers(1, 5000))]
+    back = roundtrip(refs, tmp_path)
+    assert back.grids["x"].grid_shape == (3, 3, 2, 3)
+    assert back["x/2/2/1/2"] == refs["x/2/2/1/2"] or "x/2/2/1/2" not in refs
+
+
+def test_empty_and_single(tmp_path):
+    roundtrip({}, tmp_path)
+    roundtrip({"a": ["u", 1, 2]}, tmp_path)
+    roundtrip({"a/.zarray": zarray([1], [1]), "a/0": ["u", 0, 7]}, tmp_path)
+    roundtrip({"a/.zarray": zarray([], [])}, tmp_path)
+    roundtrip({"a/.zarray": zarray([0, 4], [1, 2])}, tmp_path)
+
+
+def test_extremes_and_mixed_kinds(tmp_path):
+    big = 2**63
+    refs = {
+        "a/.zarray": zarray([6], [1]),
+        "a/0": ["u", big, big - 1], "a/1": ["u", 0, 2**64 - 1], "a/2": ["v"], "a/3": "inline text",
+        "a/4": "base64:AAEC/w==", "a/5": ["u", 2**64 - 2, 1],
+        "k/x": ["w", 2**64 - 1, 0], "k/y": "base64:gA==", "k/z": ["w"], "é/ü": "ß",
+    }
+    roundtrip(refs, tmp_path)
+
+
+def test_files_shared_by_arrays_and_many_files(tmp_path):
+    refs = {"a/.zarray": zarray([3000], [1]), "b/.zarray": zarray([3000], [1])}
+    for i in range(3000):
+        refs[f"a/{i}"] = [f"https://h/f{i % 2500}.nc", 10 * i, 10]
+        refs[f"b/{i}"] = [f"https://h/f{(i * 7) % 2500}.nc", 5 * i, 4]
+    back = roundtrip(refs, tmp_path, segment_chunks=700)
+    assert len(back.urls) == 2500
+
+
+def test_single_key_decodes_one_segment(tmp_path):
+    refs = file_layout(20, (4, 5), np.arange(400) + 100)
+    refset.save(refset.load(refs), tmp_path / "x.packed", segment_chunks=64)
+    back = refset.load(str(tmp_path / "x.packed"))
+    assert back["v/7.1.2"] == refs["v/7.1.2"]
+    assert list(back._segments) == [("v", (7 * 20 + 7) // 64)]
+    assert "v" not in back._tables
+
+
+# -- property test -------------------------------------------------------------------------------------
+URLS = ["s3://b/a.nc", "s3://b/b.nc", "https://h/c d.nc", "memory://x/é.nc"]
+
+
+@st.composite
+def reference_sets(draw):
+    items: list[tuple[str, object]] = []
+    for a in range(draw(st.integers(0, 3))):
+        ndim = draw(st.integers(0, 4))
+        shape = draw(st.lists(st.integers(0, 7), min_size=ndim, max_size=ndim))
+        chunks = draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim))
+        sep = draw(st.sampled_from(".", "/") if False else st.sampled_from([".", "/"]))
+        items.append((f"arr{a}/.zarray", zarray(shape, chunks, sep).encode()))
+        grid = [-(-s // c) for s, c in zip(shape, chunks)]
+        n = int(np.prod(grid))
+        mode = draw(st.sampled_from(["contiguous", "random", "equal"]))
+        off = draw(st.integers(0, 2**64 - 1))
+        eq = draw(st.integers(0, 2**63))
+        for i in range(n):
+            if not draw(st.booleans()):
+                continue
+            idx = np.unravel_index(i, grid) if grid else ()
+            key = f"arr{a}/" + (sep.join(map(str, idx)) if ndim else "0")
+            kind = draw(st.sampled_from(["range"] * 6 + ["whole", "inline"]))
+            url = draw(st.sampled_from(URLS))
+            if kind == "whole":
+                items.append((key, (url,)))
+            elif kind == "inline":
+                items.append((key, draw(st.binary(max_size=20))))
+            else:
+                if mode == "random":
+                    o, ln = draw(st.integers(0, 2**64 - 1)), draw(st.integers(0, 2**64 - 1))
+                else:
+                    ln = eq if mode == "equal" else draw(st.integers(0, 2**20))
+                    o = off
+                    off = (off + ln + draw(st.sampled_from([0, 0, 0, 1, -5]))) % 2**64
+                items.append((key, (url, o, ln)))
+    for k in draw(st.lists(st.text(min_size=1, max_size=8), max_size=6)):
+        items.append((k, draw(st.one_of(
+            st.binary(max_size=10), st.tuples(st.sampled_from(URLS)),
+            st.tuples(st.sampled_from(URLS), st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)),
+        ))))
+    return ReferenceSet.from_items(items)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rs=reference_sets(), seg=st.sampled_from([1, 3, 1 << 18]))
+def test_property_roundtrip(rs, seg):
+    from refset.formats._packed import read_packed
+
+    fs = MemoryFileSystem()
+    fs.pipe_file("/prop/x.packed", pack(rs, segment_chunks=seg))
+    back = read_packed("memory://prop/x.packed")
+    assert back.to_dict() == rs.to_dict()
+    assert len(back) == len(rs)
+    for k, v in list(rs.items())[:20]:  # single-key path, before any table is decoded
+        assert back[k] == v
+
+
+# -- real NetCDF -------------------------------------------------------------------------------------
+def test_real_netcdf(tmp_path):
+    netCDF4 = pytest.importorskip("netCDF4")
+    hdf = pytest.importorskip("kerchunk.hdf")
+    path = str(tmp_path / "t.nc")
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.createDimension("time", None)
+        ds.createDimension("lat", 40)
+        ds.createDimension("lon", 50)
+        v = ds.createVariable("t", "f4", ("time", "lat", "lon"), zlib=True, chunksizes=(1, 16, 16))
+        ds.createVariable("lat", "f4", ("lat",))[:] = np.arange(40)
+        data = np.random.default_rng(3).normal(size=(6, 40, 50)).astype("f4")
+        data[:, :8, :] = 0  # compresses to tiny chunks
+        v[:] = data
+    refs = hdf.SingleHdf5ToZarr(path, inline_threshold=100).translate()
+    rs = refset.load(refs)
+    assert "t" in rs.grids
+    roundtrip(rs, tmp_path)
+
+
+# -- bad input -------------------------------------------------------------------------------------
+def _bench_like(tmp_path):
+    refs = {"a/.zarray": zarray([40], [1]), "b/.zarray": zarray([40], [1]), "z": "meta"}
+    for i in range(40):
+        refs[f"a/{i}"] = ["f.nc", 100 * i, 100]
+        refs[f"b/{i}"] = ["g.nc", 100 * i, 90 + i]
+    dest = tmp_path / "x.packed"
+    refset.save(refset.load(refs), dest, segment_chunks=16)
+    return dest, refs
+
+
+def test_magic_and_detection(tmp_path):
+    dest, _ = _bench_like(tmp_path)
+    assert dest.read_bytes().startswith(MAGIC)
+    assert isinstance(refset.load(str(dest)), PackedReferenceSet)
+
+
+def test_truncated(tmp_path):
+    dest, _ = _bench_like(tmp_path)
+    data = dest.read_bytes()
+    dest.write_bytes(data[:-10])
+    with pytest.raises(InvalidReferences, match="header"):
+        refset.load(str(dest))
+    # remote (no size check at open): the short block is named when read
+    fs = MemoryFileSystem()
+    fs.pipe_file("/trunc/x.packed", data[:-10])
+    rs = refset.load("memory://trunc/x.packed")
+    assert rs["a/0"] == ("f.nc", 0, 100)
+    with pytest.raises(InvalidReferences, match=r"array 'b' segment 2: truncated"):
+        rs.to_dict()
+    dest.write_bytes(data[:30])
+    with pytest.raises(InvalidReferences, match="header"):
+        refset.load(str(dest))
+
+
+@pytest.mark.parametrize("where", ["header", "index", "urls", "other", "a", "b"])
+def test_corrupted(tmp_path, where):
+    from refset.formats._packed import HEADER, HEADER_SIZE
+
+    dest, _ = _bench_like(tmp_path)
+    data = bytearray(dest.read_bytes())
+    index_size = HEADER.unpack_from(data)[3]
+    import zstandard
+
+    index = json.loads(zstandard.ZstdDecompressor().decompress(data[HEADER_SIZE : HEADER_SIZE + index_size]))
+    base = HEADER_SIZE + index_size
+    if where == "header":
+        pos, name = 20, "header"
+    elif where == "index":
+        pos, name = HEADER_SIZE + 5, "index"
+    elif where in ("urls", "other"):
+        pos, name = base + index[where]["block"][0] + 3, where
+    else:
+        arr = next(a for a in index["arrays"] if a["path"] == where)
+        pos, name = base + arr["segments"][1][0] + 2, f"array '{where}' segment 1"
+    data[pos] ^= 0x55
+    dest.write_bytes(bytes(data))
+    with pytest.raises(InvalidReferences, match=f"packed block {name}"):
+        refset.load(str(dest)).to_dict()
+
+
+def test_crc_is_crc32(tmp_path):
+    dest, _ = _bench_like(tmp_path)
+    data = dest.read_bytes()
+    assert int.from_bytes(data[60:64], "little") == zlib.crc32(data[:60])
+
+
+# -- remote range reads ------------------------------------------------------------------------------
+class CountingFS(MemoryFileSystem):
+    protocol = "countmem"
+    reads: list[tuple[int, int]] = []  # noqa: RUF012
+
+    def cat_file(self, path, start=None, end=None, **kw):
+        CountingFS.reads.append((start, end))
+        return super().cat_file(path, start=start, end=end, **kw)
+
+
+def test_remote_reads_only_needed_blocks():
+    fsspec.register_implementation("countmem", CountingFS, clobber=True)
+    rng = np.random.default_rng(5)
+    refs = {}
+    for v in ("u", "v", "w"):
+        one = file_layout(100, (10, 20), rng.integers(100, 1 << 20, 100 * 200), seed=len(v))
+        refs.update({k.replace("v/", f"{v}/", 1): r for k, r in one.items()})
+    rs = refset.load(refs)
+    data = pack(rs, segment_chunks=4096)
+    assert len(data) > 3 << 16
+    fs = CountingFS()
+    fs.pipe_file("/r/x.packed", data)
+    CountingFS.reads.clear()
+    back = refset.load("countmem://r/x.packed")
+    assert CountingFS.reads == [(0, 1 << 16)]  # header, index, urls and other blocks in one read
+    segs = {a: back._entries[a]["segments"] for a in back.grids}
+    base = back._base
+
+    def span(a: str, i: int, j: int) -> tuple[int, int]:
+        return base + segs[a][i][0], base + segs[a][j][0] + segs[a][j][1]
+
+    assert span("w", 0, 0)[0] >= 1 << 16 and span("v", 0, 0)[0] >= 1 << 16
+    CountingFS.reads.clear()
+    assert back["w/33.2.1"] == refs["w/33.2.1"]
+    assert CountingFS.reads == [span("w", 1, 1)]  # flat 33 * 200 + 21 lies in segment 1 of 4096 cells
+    CountingFS.reads.clear()
+    assert back.table("v").count() == 100 * 200
+    assert CountingFS.reads == [span("v", 0, len(segs["v"]) - 1)]  # one read for all of v
+    CountingFS.reads.clear()
+    assert back.to_dict() == rs.to_dict()
+    assert CountingFS.reads == [span("u", 0, len(segs["u"]) - 1), span("w", 0, len(segs["w"]) - 1)]
