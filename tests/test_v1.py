@@ -152,12 +152,12 @@ def test_gen_limit_refused_before_allocation():
 # -- writing ------------------------------------------------------------------------------------------
 
 def _regular_and_irregular() -> dict:
-    d = {".zgroup": '{"zarr_format": 2}', "r/.zarray": zarray([30, 40], [1, 10]),
+    d = {".zgroup": '{"zarr_format": 2}', "r/.zarray": zarray([30, 400], [1, 10]),
          "r/.zattrs": '{"_ARRAY_DIMENSIONS": ["t", "x"]}', "s/.zarray": zarray([4], [1], sep="/")}
     rng = np.random.default_rng(0)
     for t in range(30):
         url = f"s3://bucket/products/daily/file-{t:04d}.nc"
-        for x in range(4):
+        for x in range(40):
             if t == 7 and x == 2:
                 continue
             if t < 20:  # regular: constant length, contiguous

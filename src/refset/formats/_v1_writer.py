@@ -18,7 +18,8 @@ from ..model import INLINE, RANGE, WHOLE, ReferenceSet, array_key, encode_inline
 
 __all__ = ["dumps_v1", "v1_document"]
 
-MIN_RUN = 4  # a gen entry costs about as much as three reference lines
+MIN_RUN = 3  # shorter runs never pay for a gen entry
+GEN_OVERHEAD = 110  # bytes of a gen entry besides its key, url and expressions
 _ALPHA = string.ascii_letters
 _ALNUM = string.ascii_letters + string.digits
 
@@ -89,6 +90,32 @@ def _runs(kind: np.ndarray, pid: np.ndarray, off: np.ndarray, ln: np.ndarray) ->
     return np.stack([starts[keep], stops[keep]], axis=1)
 
 
+def _paying_runs(
+    rs: ReferenceSet, runs: dict[str, np.ndarray], names: dict[int, str]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Keep the runs whose gen entry is shorter than the reference lines it replaces."""
+    url_len = np.array([len(names[i]) + 4 if i in names else len(u) for i, u in enumerate(rs.urls)]
+                       or [0], np.int64)
+    kept: dict[str, np.ndarray] = {}
+    in_run: dict[str, np.ndarray] = {}
+    for path, r in runs.items():
+        t = rs.table(path)
+        key_len = len(path) + 2 + 3 * max(t.grid.ndim, 1)
+        n = r[:, 1] - r[:, 0]
+        first = r[:, 0]
+        ul = url_len[t.path_id[first].astype(np.int64)] if len(r) else np.zeros(0, np.int64)
+        digits = np.char.str_len(t.offset[first].astype(str)) + np.char.str_len(
+            t.length[first].astype(str)) if len(r) else np.zeros(0, np.int64)
+        line = key_len + ul + digits + 12
+        gen = GEN_OVERHEAD + 2 * key_len + ul + 2 * digits
+        r = kept[path] = r[n * line > gen]
+        mask = np.zeros(t.nchunks + 1, np.int8)
+        np.add.at(mask, r[:, 0], 1)
+        np.add.at(mask, r[:, 1], -1)
+        in_run[path] = np.cumsum(mask[:-1]) > 0
+    return kept, in_run
+
+
 def v1_document(rs: ReferenceSet) -> dict[str, Any]:
     """The Version 1 document of ``rs`` (templates and gen where they pay)."""
     urls = rs.urls
@@ -109,6 +136,7 @@ def v1_document(rs: ReferenceSet) -> dict[str, Any]:
         np.add.at(uses, t.path_id[refd].astype(np.int64), 1)
         np.add.at(uses, t.path_id[r[:, 0]].astype(np.int64), 1)
     names = _url_names(urls, uses)
+    runs, in_run = _paying_runs(rs, runs, names)
     spelled = [("{{" + names[i] + "}}") if i in names else _escape(u) for i, u in enumerate(urls)]
     refs: dict[str, Any] = {}
 
