@@ -82,7 +82,8 @@ def test_four_d_grid_and_partial_edge_chunks(tmp_path):
                                                     int(rng.integers(1, 5000))]
     back = roundtrip(refs, tmp_path)
     assert back.grids["x"].grid_shape == (3, 3, 2, 3)
-    assert back["x/2/2/1/2"] == refs["x/2/2/1/2"] or "x/2/2/1/2" not in refs
+    for k in ("x/2/2/1/2", "x/0/0/0/0", "x/1/2/0/1"):
+        assert k not in refs or list(back[k]) == refs[k]
 
 
 def test_empty_and_single(tmp_path):
@@ -117,7 +118,7 @@ def test_single_key_decodes_one_segment(tmp_path):
     refs = file_layout(20, (4, 5), np.arange(400) + 100)
     refset.save(refset.load(refs), tmp_path / "x.packed", segment_chunks=64)
     back = refset.load(str(tmp_path / "x.packed"))
-    assert back["v/7.1.2"] == refs["v/7.1.2"]
+    assert list(back["v/7.1.2"]) == refs["v/7.1.2"]
     assert list(back._segments) == [("v", (7 * 20 + 7) // 64)]
     assert "v" not in back._tables
 
@@ -133,9 +134,9 @@ def reference_sets(draw):
         ndim = draw(st.integers(0, 4))
         shape = draw(st.lists(st.integers(0, 7), min_size=ndim, max_size=ndim))
         chunks = draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim))
-        sep = draw(st.sampled_from(".", "/") if False else st.sampled_from([".", "/"]))
+        sep = draw(st.sampled_from([".", "/"]))
         items.append((f"arr{a}/.zarray", zarray(shape, chunks, sep).encode()))
-        grid = [-(-s // c) for s, c in zip(shape, chunks)]
+        grid = [-(-s // c) for s, c in zip(shape, chunks, strict=True)]
         n = int(np.prod(grid))
         mode = draw(st.sampled_from(["contiguous", "random", "equal"]))
         off = draw(st.integers(0, 2**64 - 1))
@@ -273,6 +274,10 @@ class CountingFS(MemoryFileSystem):
     protocol = "countmem"
     reads: list[tuple[int, int]] = []  # noqa: RUF012
 
+    @classmethod
+    def _strip_protocol(cls, path):
+        return super()._strip_protocol(path.removeprefix("countmem://"))
+
     def cat_file(self, path, start=None, end=None, **kw):
         CountingFS.reads.append((start, end))
         return super().cat_file(path, start=start, end=end, **kw)
@@ -283,11 +288,11 @@ def test_remote_reads_only_needed_blocks():
     rng = np.random.default_rng(5)
     refs = {}
     for v in ("u", "v", "w"):
-        one = file_layout(100, (10, 20), rng.integers(100, 1 << 20, 100 * 200), seed=len(v))
+        one = file_layout(200, (10, 20), rng.integers(100, 1 << 20, 200 * 200), seed=len(v))
         refs.update({k.replace("v/", f"{v}/", 1): r for k, r in one.items()})
     rs = refset.load(refs)
     data = pack(rs, segment_chunks=4096)
-    assert len(data) > 3 << 16
+    assert len(data) > 4 << 16
     fs = CountingFS()
     fs.pipe_file("/r/x.packed", data)
     CountingFS.reads.clear()
@@ -301,10 +306,10 @@ def test_remote_reads_only_needed_blocks():
 
     assert span("w", 0, 0)[0] >= 1 << 16 and span("v", 0, 0)[0] >= 1 << 16
     CountingFS.reads.clear()
-    assert back["w/33.2.1"] == refs["w/33.2.1"]
+    assert list(back["w/33.2.1"]) == refs["w/33.2.1"]
     assert CountingFS.reads == [span("w", 1, 1)]  # flat 33 * 200 + 21 lies in segment 1 of 4096 cells
     CountingFS.reads.clear()
-    assert back.table("v").count() == 100 * 200
+    assert back.table("v").count() == 200 * 200
     assert CountingFS.reads == [span("v", 0, len(segs["v"]) - 1)]  # one read for all of v
     CountingFS.reads.clear()
     assert back.to_dict() == rs.to_dict()

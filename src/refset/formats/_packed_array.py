@@ -158,7 +158,7 @@ def decode_segment(r: BlockReader, lo: int, nurls: int) -> Segment:
     sizes = r.ints(len(iflat)).astype(np.int64)
     data = r.blob(int(sizes.sum()))
     ends = np.cumsum(sizes).tolist()
-    inline = {lo + i: data[e - s : e] for i, s, e in zip(iflat.tolist(), sizes.tolist(), ends)}
+    inline = {lo + i: data[e - s : e] for i, s, e in zip(iflat.tolist(), sizes.tolist(), ends, strict=True)}
     r.end()
     return Segment(kind, path_id, offset, length, inline)
 
@@ -176,10 +176,10 @@ def decode_strings(r: BlockReader, n: int) -> list[str]:
     ends = np.cumsum(sizes)
     if data.isascii():
         text = data.decode("ascii")
-        return [text[e - s : e] for s, e in zip(sizes.tolist(), ends.tolist())]
+        return [text[e - s : e] for s, e in zip(sizes.tolist(), ends.tolist(), strict=True)]
     try:
         return [data[e - s : e].decode("utf-8", "surrogatepass")
-                for s, e in zip(sizes.tolist(), ends.tolist())]
+                for s, e in zip(sizes.tolist(), ends.tolist(), strict=True)]
     except UnicodeDecodeError as e:
         raise r.fail(f"string is not UTF-8 ({e})") from e
 
@@ -211,7 +211,7 @@ def decode_other(r: BlockReader, nurls: int) -> KeyTable:
     sizes = r.ints(len(inl)).astype(np.int64)
     blob = r.blob(int(sizes.sum()))
     data = np.empty(n, object)
-    for i, s, e in zip(inl.tolist(), sizes.tolist(), np.cumsum(sizes).tolist()):
+    for i, s, e in zip(inl.tolist(), sizes.tolist(), np.cumsum(sizes).tolist(), strict=True):
         data[i] = blob[e - s : e]
     r.end()
     return KeyTable(keys, kind, pid, off, ln, data)
