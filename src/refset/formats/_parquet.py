@@ -99,6 +99,13 @@ def _column(table: pa.Table, name: str) -> pa.Array | None:
     return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
 
 
+def _valid(arr: pa.Array) -> np.ndarray:
+    """Boolean numpy mask of non-null entries (a BooleanArray's to_numpy would import pandas)."""
+    import pyarrow as pa
+
+    return arr.is_valid().cast(pa.uint8()).to_numpy().view(np.bool_)
+
+
 def _int_column(table: pa.Table, name: str, n: int, where: str) -> np.ndarray:
     import pyarrow as pa
 
@@ -141,7 +148,7 @@ def decode_record(data: bytes, where: str, url_id: Any) -> _Record:
                 raise InvalidReferences(f"{where}: column 'path' must be strings, got {path.type}")
             enc = path.dictionary_encode()
             values, indices = enc.dictionary, enc.indices
-        has = indices.is_valid().to_numpy(zero_copy_only=False)
+        has = _valid(indices)
         urls = [u.decode() if isinstance(u, bytes) else u for u in values.to_pylist()]
         remap = np.array([url_id(u) for u in urls] or [0], np.int64)
         idx = indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
@@ -153,7 +160,7 @@ def decode_record(data: bytes, where: str, url_id: Any) -> _Record:
     if raw is not None and raw.null_count < n:
         if pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type):
             raw = raw.cast(pa.binary())
-        has_raw = raw.is_valid().to_numpy(zero_copy_only=False)
+        has_raw = _valid(raw)
         rows = np.flatnonzero(has_raw)
         inline = dict(zip(rows.tolist(), raw.take(pa.array(rows)).to_pylist(), strict=True))
         kind[has_raw] = INLINE  # raw wins over path, as in fsspec
