@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import InvalidReferences, Unsupported
 from ..keys import ChunkGrid
-from ..model import ChunkTable, Ref, ReferenceSet, min_uint
+from ..model import RANGE, ChunkTable, Ref, ReferenceSet, min_uint
 from ._packed_array import (
     Segment,
     array_stats,
@@ -100,6 +100,9 @@ def pack(rs: ReferenceSet, *, level: int = 3, segment_chunks: int = DEFAULT_SEGM
         t = rs.table(path)
         n = g.nchunks
         stats = array_stats(t.kind, t.path_id, t.length)
+        loc = (t.kind == RANGE)
+        stats["max_offset"] = int(t.offset[loc].max(initial=0))
+        stats["max_length"] = int(t.length[loc].max(initial=0))
         segs = []
         counts = {"runs": 0, "gaps": 0, "negative_gaps": 0}
         for lo in range(0, n, segment_chunks):
@@ -271,16 +274,17 @@ class PackedReferenceSet(ReferenceSet):
         self.stored = {"format": "packed", "version": VERSION, "refs": self._refs,
                        "packed_arrays": {p: e["stats"] for p, e in self._entries.items()}}
 
-    def _decode(self, path: str, i: int, data: bytes | None = None) -> Segment:
+    def _decode(self, path: str, i: int, data: bytes | None = None, out: Segment | None = None) -> Segment:
         e = self._entries[path]
         name = f"array {path!r} segment {i}"
         raw = _block(self._src, name, e["segments"][i], self._base, data)
-        seg = decode_segment(BlockReader(raw, f"{name} of {self._src.name}", self._dctx),
-                             i * e["segment_chunks"], len(self.urls))
         lo = i * e["segment_chunks"]
-        if len(seg.kind) != min(e["segment_chunks"], self.grids[path].nchunks - lo):
-            raise InvalidReferences(f"{self._src.name}: packed block {name}: wrong cell count")
-        return seg
+        if out is None:
+            n = min(e["segment_chunks"], self.grids[path].nchunks - lo)
+            out = Segment(np.zeros(n, np.uint8), np.zeros(n, np.int64), np.zeros(n, np.uint64),
+                          np.zeros(n, np.uint64), {})
+        return decode_segment(BlockReader(raw, f"{name} of {self._src.name}", self._dctx), lo,
+                              len(self.urls), out)
 
     def _load_table(self, path: str) -> ChunkTable:
         # docstring inherited
@@ -288,24 +292,27 @@ class PackedReferenceSet(ReferenceSet):
         g = self.grids[path]
         segs = e["segments"]
         n = g.nchunks
+        step = e["segment_chunks"]
+        st = e["stats"]
+        # the dtypes ChunkTable would compact to, known from the index: no second pass
         kind = np.zeros(n, np.uint8)
         pid = np.zeros(n, min_uint(max(len(self.urls) - 1, 0)))
-        off = np.zeros(n, np.uint64)
-        ln = np.zeros(n, np.uint64)
+        off = np.zeros(n, np.uint32 if st.get("max_offset", 1 << 64) >> 32 == 0 else np.uint64)
+        ln = np.zeros(n, np.uint32 if st.get("max_length", 1 << 64) >> 32 == 0 else np.uint64)
         inline: dict[int, bytes] = {}
         if segs:
             first = segs[0][0]
             blob = self._src.read(self._base + first, self._base + segs[-1][0] + segs[-1][1])
         for i, (o, size, _) in enumerate(segs):
-            seg = self._segments.pop((path, i), None) or self._decode(
-                path, i, blob[o - first : o - first + size])
-            lo = i * e["segment_chunks"]
-            hi = lo + len(seg.kind)
-            kind[lo:hi] = seg.kind
-            pid[lo:hi] = seg.path_id
-            off[lo:hi] = seg.offset
-            ln[lo:hi] = seg.length
-            inline.update(seg.inline)
+            sl = slice(i * step, min(n, (i + 1) * step))
+            out = Segment(kind[sl], pid[sl], off[sl], ln[sl], inline)
+            seg = self._segments.pop((path, i), None)
+            if seg is None:
+                self._decode(path, i, blob[o - first : o - first + size], out)
+            else:
+                for a, b in zip(out[:4], seg[:4], strict=True):
+                    a[:] = b
+                inline.update(seg.inline)
         return ChunkTable(g, kind, pid, off, ln, inline)
 
     def _chunk_ref(self, path: str, flat: int, key: str) -> Ref:

@@ -89,8 +89,11 @@ def encode_segment(
     base = _U64(np.partition(ln, n // 2)[n // 2]) if n else _U64(0)
     w.u64(int(base))
     w.ints(zigzag(ln - base))
-    follow = ~start[1:]
-    gaps = (off[1:] - (off[:-1] + ln[:-1]))[follow]
+    # gap before each chunk: offset - end of the chunk before it; 0 at run starts (unused)
+    gaps = np.zeros(n, _U64)
+    if n > 1:
+        gaps[1:] = off[1:] - (off[:-1] + ln[:-1])
+    gaps[spos] = 0
     w.ints(zigzag(gaps))
     iflat = pflat[kp == INLINE]
     blobs = [inline[lo + int(i)] for i in iflat]
@@ -100,9 +103,15 @@ def encode_segment(
     return {"runs": len(spos), "gaps": int(np.count_nonzero(sg)), "negative_gaps": int((sg < 0).sum())}
 
 
-def decode_segment(r: BlockReader, lo: int, nurls: int) -> Segment:
-    """Read one segment block written by :func:`encode_segment`."""
+def decode_segment(r: BlockReader, lo: int, nurls: int, out: Segment | None = None) -> Segment:
+    """Read one segment block written by :func:`encode_segment`, into ``out`` (zero-filled columns
+    of the segment's cells, e.g. slices of a whole table) or new columns."""
     ncells = r.count(1 << 40, "cell count")
+    if out is None:
+        out = Segment(np.zeros(ncells, np.uint8), np.zeros(ncells, np.int64), np.zeros(ncells, _U64),
+                      np.zeros(ncells, _U64), {})
+    elif len(out.kind) != ncells:
+        raise r.fail(f"holds {ncells} cells, expected {len(out.kind)}")
     flags = r.u8()
     if flags & ~(ALL_PRESENT | ALL_RANGE):
         raise r.fail(f"unknown segment flags {flags:#x}")
@@ -122,8 +131,7 @@ def decode_segment(r: BlockReader, lo: int, nurls: int) -> Segment:
         if npresent and (kp64.min() < RANGE or kp64.max() > INLINE):
             raise r.fail("kind code outside 1..3")
         kp = kp64.astype(np.uint8)
-    kind = np.zeros(ncells, np.uint8)
-    kind[pflat] = kp
+    out.kind[pflat] = kp
     loc = pflat[_located(kp)]
     n = len(loc)
     nruns = r.count(n, "run count")
@@ -138,29 +146,30 @@ def decode_segment(r: BlockReader, lo: int, nurls: int) -> Segment:
     starts = r.ints(nruns)
     base = _U64(r.u64())
     ln = unzigzag(r.ints(n)) + base
-    gaps = unzigzag(r.ints(n - nruns))
+    # offset = previous chunk's end + gap, restarting at each run's first offset: with d the
+    # increments (previous length + gap; 0 at run starts), c = cumsum(d), a run start k gets the step
+    # that moves c to starts[k], i.e. d[spos] = diff(starts - c[spos]); then offset = cumsum(d).
+    d = unzigzag(r.ints(n))
     spos = np.cumsum(runlen) - runlen
-    follow = np.ones(n, bool)
-    follow[spos] = False
-    d = np.zeros(n, _U64)
     if n > 1:
-        d[1:][follow[1:]] = ln[:-1][follow[1:]] + gaps
+        d[1:] += ln[:-1]
+    d[spos] = 0
     c = np.cumsum(d, dtype=_U64)
-    run = np.repeat(np.arange(nruns), runlen)
-    off = starts[run] + (c - c[spos][run])
-    path_id = np.zeros(ncells, np.int64)
-    offset = np.zeros(ncells, _U64)
-    length = np.zeros(ncells, _U64)
-    path_id[loc] = np.repeat(rpid, runlen)
-    offset[loc] = off
-    length[loc] = ln
+    corr = starts - c[spos]
+    d[spos] = np.diff(corr, prepend=_U64(0))
+    off = np.cumsum(d, dtype=_U64)
+    out.path_id[loc] = np.repeat(rpid, runlen)
+    out.offset[loc] = off
+    out.length[loc] = ln
     iflat = pflat[kp == INLINE]
     sizes = r.ints(len(iflat)).astype(np.int64)
     data = r.blob(int(sizes.sum()))
     ends = np.cumsum(sizes).tolist()
-    inline = {lo + i: data[e - s : e] for i, s, e in zip(iflat.tolist(), sizes.tolist(), ends, strict=True)}
+    out.inline.update(
+        {lo + i: data[e - s : e] for i, s, e in zip(iflat.tolist(), sizes.tolist(), ends, strict=True)}
+    )
     r.end()
-    return Segment(kind, path_id, offset, length, inline)
+    return out
 
 
 def encode_strings(w: BlockWriter, items: list[str]) -> None:
