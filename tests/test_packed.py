@@ -73,6 +73,16 @@ def test_swapped_neighbours(tmp_path):
     assert back.format_info()["packed_arrays"]["v"]["negative_gaps"] > 0
 
 
+def test_mostly_modal_lengths_are_stored_sparsely(tmp_path):
+    # the blog's typical case: a modal length with "unique" exceptions (gfactor ~0.9)
+    rng = np.random.default_rng(4)
+    ln = np.where(rng.random(4000) < 0.1, rng.integers(100, 9000, 4000), 8192)
+    back = roundtrip(file_layout(40, (10, 10), ln), tmp_path)
+    st_ = back.format_info()["packed_arrays"]["v"]
+    assert st_["modal_length"] == 8192 and 0.85 < st_["gfactor"] < 0.95
+    assert st_["bytes_per_ref"] < 0.6
+
+
 def test_four_d_grid_and_partial_edge_chunks(tmp_path):
     rng = np.random.default_rng(2)
     refs = {"x/.zarray": zarray([5, 7, 3, 11], [2, 3, 2, 4], sep="/")}

@@ -88,13 +88,13 @@ def encode_segment(
     w.ints(off[spos])
     base = _U64(np.partition(ln, n // 2)[n // 2]) if n else _U64(0)
     w.u64(int(base))
-    w.ints(zigzag(ln - base))
+    w.sparse_ints(zigzag(ln - base))
     # gap before each chunk: offset - end of the chunk before it; 0 at run starts (unused)
     gaps = np.zeros(n, _U64)
     if n > 1:
         gaps[1:] = off[1:] - (off[:-1] + ln[:-1])
     gaps[spos] = 0
-    w.ints(zigzag(gaps))
+    w.sparse_ints(zigzag(gaps))
     iflat = pflat[kp == INLINE]
     blobs = [inline[lo + int(i)] for i in iflat]
     w.ints(np.fromiter((len(b) for b in blobs), _U64, len(blobs)))
@@ -145,11 +145,11 @@ def decode_segment(r: BlockReader, lo: int, nurls: int, out: Segment | None = No
         raise r.fail(f"file index outside the URL table of {nurls}")
     starts = r.ints(nruns)
     base = _U64(r.u64())
-    ln = unzigzag(r.ints(n)) + base
+    ln = unzigzag(r.sparse_ints(n)) + base
     # offset = previous chunk's end + gap, restarting at each run's first offset: with d the
     # increments (previous length + gap; 0 at run starts), c = cumsum(d), a run start k gets the step
     # that moves c to starts[k], i.e. d[spos] = diff(starts - c[spos]); then offset = cumsum(d).
-    d = unzigzag(r.ints(n))
+    d = unzigzag(r.sparse_ints(n))
     spos = np.cumsum(runlen) - runlen
     if n > 1:
         d[1:] += ln[:-1]

@@ -4,6 +4,8 @@ A block is a sequence of sections read front to back:
 
 - ``u8``/``u64``: little-endian scalars;
 - *blob*: ``u8 codec`` (0 raw, 1 zstd frame), ``u64 stored size``, the stored bytes;
+- *sparse ints*: ``u8 mode``, 0: ints; 1: ``u64 k``, ints(k) position deltas, ints(k) values (for
+  columns that are mostly 0, where zstd's Huffman coder cannot go below one bit per byte);
 - *ints* (a column of ``n`` unsigned 64-bit integers, ``n`` known from context): ``u8 w`` (0..8, the
   bytes per value), then ``w`` blobs of ``n`` bytes each: byte plane 0 (least significant byte of every
   value), plane 1, ... Planes above ``w`` are zero. Compressing planes separately lets zstd's entropy
@@ -69,6 +71,19 @@ class BlockWriter:
             planes = a.view(np.uint8).reshape(-1, 8)
             for j in range(w):
                 self.blob(planes[:, j].tobytes())
+
+    def sparse_ints(self, a: np.ndarray) -> None:
+        """``u8 mode``: 0 then ints(n) (dense), or 1 then ``u64 k``, ints(k) of position deltas (index
+        of each non-zero value minus the previous one's, minus 1) and ints(k) of the non-zero values."""
+        nz = np.flatnonzero(a)
+        if 4 * len(nz) >= len(a):
+            self.u8(0)
+            self.ints(a)
+            return
+        self.u8(1)
+        self.u64(len(nz))
+        self.ints(np.diff(nz, prepend=-1).astype(np.uint64) - np.uint64(1))
+        self.ints(np.asarray(a)[nz])
 
     def getvalue(self) -> bytes:
         return b"".join(self.parts)
@@ -140,6 +155,21 @@ class BlockReader:
         for j in range(w):
             out[:, j] = np.frombuffer(self.blob(n), np.uint8)
         return out.view("<u8").reshape(n).astype(np.uint64, copy=False)
+
+    def sparse_ints(self, n: int) -> np.ndarray:
+        mode = self.u8()
+        if mode == 0:
+            return self.ints(n)
+        if mode != 1:
+            raise self.fail(f"unknown integer column mode {mode}, expected 0 (dense) or 1 (sparse)")
+        k = self.count(n, "non-zero count")
+        pos = np.cumsum(self.ints(k) + np.uint64(1)) - np.uint64(1)
+        vals = self.ints(k)
+        if k and int(pos[-1]) >= n:
+            raise self.fail(f"sparse position {int(pos[-1])} outside the column of {n}")
+        out = np.zeros(n, np.uint64)
+        out[pos.astype(np.int64)] = vals
+        return out
 
     def end(self) -> None:
         if self.pos != len(self.buf):
