@@ -324,3 +324,20 @@ def test_remote_reads_only_needed_blocks():
     CountingFS.reads.clear()
     assert back.to_dict() == rs.to_dict()
     assert CountingFS.reads == [span("u", 0, len(segs["u"]) - 1), span("w", 0, len(segs["w"]) - 1)]
+
+
+# -- command line ----------------------------------------------------------------------------------
+def test_cli_convert_and_info(tmp_path, capsys):
+    from refset.cli import main
+
+    src = tmp_path / "r.json"
+    src.write_text(json.dumps(file_layout(5, (3, 4), np.arange(60) * 7 + 100)))
+    assert main(["convert", str(src), str(tmp_path / "r.packed"), "-o", "segment_chunks=16"]) == 0
+    assert refset.load(str(tmp_path / "r.packed")).to_dict() == refset.load(str(src)).to_dict()
+    capsys.readouterr()
+    assert main(["info", "--json", str(tmp_path / "r.packed")]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["format"] == "packed (version 1)"
+    s = info["packed_arrays"]["v"]
+    assert (s["present"], s["skipped"], s["files"], s["unique"]) == (60, 0, 5, 59)
+    assert s["gfactor"] == round(1 - 59 / 60, 4) and s["bytes_per_ref"] > 0

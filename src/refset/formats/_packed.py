@@ -190,11 +190,18 @@ def _check_index(src: _Source, index: Any) -> None:
     def entry(e: Any) -> bool:
         return isinstance(e, list) and len(e) == 3 and all(type(v) is int and v >= 0 for v in e)
 
+    def array(a: Any) -> bool:
+        g = ChunkGrid(tuple(a["shape"]), tuple(a["chunks"]), a["separator"], a["prefix"],
+                      a["zarr_format"])
+        step = a["segment_chunks"]
+        return (type(step) is int and step >= 1 and len(a["segments"]) == -(-g.nchunks // step)
+                and all(entry(s) for s in a["segments"]) and type(a["present"]) is int
+                and isinstance(a["path"], str) and isinstance(a["stats"], dict))
+
     try:
         ok = (entry(index["urls"]["block"]) and entry(index["other"]["block"])
-              and all(all(entry(s) for s in a["segments"]) and a["segment_chunks"] >= 1
-                      for a in index["arrays"]))
-    except (KeyError, TypeError):
+              and type(index["refs"]) is int and all(array(a) for a in index["arrays"]))
+    except (KeyError, TypeError, ValueError):
         ok = False
     if not ok:
         raise InvalidReferences(f"{src.name}: packed block index: malformed index document")

@@ -197,8 +197,12 @@ def encode_other(w: BlockWriter, t: KeyTable) -> None:
     """The generic key table: keys, kind, path_id, offset, length, then inline data."""
     w.u64(len(t))
     encode_strings(w, t.keys.tolist())
-    for col in (t.kind, t.path_id, t.offset, t.length):
-        w.ints(np.asarray(col).astype(_U64))
+    kind = np.asarray(t.kind)
+    rng = kind == RANGE
+    w.ints(kind.astype(_U64))
+    w.ints(np.where(rng | (kind == WHOLE), np.asarray(t.path_id).astype(_U64), _U64(0)))
+    w.ints(np.where(rng, np.asarray(t.offset).astype(_U64), _U64(0)))
+    w.ints(np.where(rng, np.asarray(t.length).astype(_U64), _U64(0)))
     inl = np.flatnonzero(t.kind == INLINE)
     blobs = [bytes(t.data[i]) for i in inl.tolist()]
     w.ints(np.fromiter((len(b) for b in blobs), _U64, len(blobs)))
