@@ -194,6 +194,8 @@ class ParquetReferenceSet(ReferenceSet):
         self._url_ids: dict[str, int] = {}
         self._meta = {k: v[4] for k, v in items.items()}
         self._strides = {p: _strides(g) for p, g in grids.items()}
+        self._dotted = {p: (self._strides[p], g.grid_shape) for p, g in grids.items()
+                        if p and not g.prefix and (g.separator == "." or not g.shape)}
         self._rows_stored: dict[str, int] = {}
         self._records_found: dict[str, int] = {}
 
@@ -242,13 +244,12 @@ class ParquetReferenceSet(ReferenceSet):
         if t is not None:
             return super()._chunk_ref(path, flat, key)
         record, row = divmod(flat, self.record_size)
-        rec = self._cache.get((path, record))
-        if rec is None:
+        k = (path, record)
+        try:
+            rec = self._cache[k]
+            self._cache.move_to_end(k)
+        except KeyError:  # not cached (or evicted by another thread meanwhile)
             rec = self.record(path, record)
-        elif self._cache and next(reversed(self._cache)) != (path, record):
-            with self._lock:
-                if (path, record) in self._cache:
-                    self._cache.move_to_end((path, record))
         if row >= rec.nrows:
             raise KeyError(key)
         kind = int(rec.kind[row])
@@ -262,9 +263,33 @@ class ParquetReferenceSet(ReferenceSet):
 
     def __getitem__(self, key: str) -> Ref:
         # docstring inherited
-        data = self._meta.get(key) if isinstance(key, str) else None
+        if not isinstance(key, str):
+            raise KeyError(key)
+        data = self._meta.get(key)
         if data is not None:
             return data
+        # fast path for "."-separated (and scalar) arrays: "<path>/<i>.<j>..." -> flat index
+        path, _, suffix = key.rpartition("/")
+        spec = self._dotted.get(path)
+        if spec is not None:
+            strides, gshape = spec
+            if not gshape:
+                if suffix == "0":
+                    return self._chunk_ref(path, 0, key)
+            else:
+                parts = suffix.split(".")
+                if len(parts) == len(gshape):
+                    flat = 0
+                    try:
+                        for p, n, s in zip(parts, gshape, strides, strict=True):
+                            i = int(p)
+                            if i < 0 or i >= n or str(i) != p:  # canonical decimal, in bounds
+                                break
+                            flat += i * s
+                        else:
+                            return self._chunk_ref(path, flat, key)
+                    except ValueError:
+                        pass
         return super().__getitem__(key)
 
     # -- whole arrays -------------------------------------------------------------------------------
