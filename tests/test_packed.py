@@ -128,9 +128,13 @@ def test_single_key_decodes_one_segment(tmp_path):
     refs = file_layout(20, (4, 5), np.arange(400) + 100)
     refset.save(refset.load(refs), tmp_path / "x.packed", segment_chunks=64)
     back = refset.load(str(tmp_path / "x.packed"))
-    assert list(back["v/7.1.2"]) == refs["v/7.1.2"]
-    assert list(back._segments) == [("v", (7 * 20 + 7) // 64)]
+    seg = ("v", (7 * 20 + 7) // 64)
+    assert list(back["v/7.1.2"]) == refs["v/7.1.2"]  # looked up alone: no columns built
+    assert list(back._raw) == [seg] and not back._segments
+    assert list(back["v/7.1.3"]) == refs["v/7.1.3"]  # a second key there: the segment is decoded
+    assert list(back._segments) == [seg] and not back._raw
     assert "v" not in back._tables
+    assert back.table("v").count() == 400 and not back._segments
 
 
 # -- property test -------------------------------------------------------------------------------------
@@ -178,7 +182,7 @@ def reference_sets(draw):
     return ReferenceSet.from_items(items)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rs=reference_sets(), seg=st.sampled_from([1, 3, 1 << 18]))
 def test_property_roundtrip(rs, seg):
     from refset.formats._packed import read_packed
@@ -188,8 +192,18 @@ def test_property_roundtrip(rs, seg):
     back = read_packed("memory://prop/x.packed")
     assert back.to_dict() == rs.to_dict()
     assert len(back) == len(rs)
-    for k, v in list(rs.items())[:20]:  # single-key path, before any table is decoded
-        assert back[k] == v
+    for k, v in list(rs.items())[:40]:  # single-key paths, before any table is decoded
+        back._raw.clear()
+        back._segments.clear()
+        assert back[k] == v  # lookup_segment
+        assert back[k] == v  # decode_segment
+    for path in rs.grids:  # every cell, present or absent, on the single-key path
+        for k in rs.keys_at(path, np.arange(rs.grids[path].nchunks)):
+            back._raw.clear()
+            back._segments.clear()
+            assert (k in back) == (k in rs)
+    for k in [k + "x" for k in list(rs)[:3]]:
+        assert k not in back
 
 
 # -- real NetCDF -------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from ._packed_array import (
     encode_other,
     encode_segment,
     encode_strings,
+    lookup_segment,
 )
 from ._packed_codec import BlockReader, BlockWriter
 
@@ -276,7 +277,8 @@ class PackedReferenceSet(ReferenceSet):
         self._src = src
         self._base = data_start
         self._dctx = dctx
-        self._segments: dict[tuple[str, int], Segment] = {}
+        self._segments: dict[tuple[str, int], Segment] = {}  # decoded by single-key lookups
+        self._raw: dict[tuple[str, int], bytes] = {}  # checked blocks of segments looked up once
         self._refs = int(index["refs"])
         self.stored = {"format": "packed", "version": VERSION, "refs": self._refs,
                        "packed_arrays": {p: e["stats"] for p, e in self._entries.items()}}
@@ -314,6 +316,7 @@ class PackedReferenceSet(ReferenceSet):
             sl = slice(i * step, min(n, (i + 1) * step))
             out = Segment(kind[sl], pid[sl], off[sl], ln[sl], inline)
             seg = self._segments.pop((path, i), None)
+            self._raw.pop((path, i), None)
             if seg is None:
                 self._decode(path, i, blob[o - first : o - first + size], out)
             else:
@@ -329,7 +332,17 @@ class PackedReferenceSet(ReferenceSet):
         i, j = divmod(flat, self._entries[path]["segment_chunks"])
         seg = self._segments.get((path, i))
         if seg is None:
-            seg = self._segments[(path, i)] = self._decode(path, i)
+            raw = self._raw.pop((path, i), None)
+            if raw is None:
+                # first key of this segment: look it up without building the segment's columns
+                name = f"array {path!r} segment {i}"
+                raw = self._raw[(path, i)] = _block(self._src, name, self._entries[path]["segments"][i],
+                                                    self._base)
+                r = BlockReader(raw, f"{name} of {self._src.name}", self._dctx)
+                lo = i * self._entries[path]["segment_chunks"]
+                return self._resolve(*lookup_segment(r, lo, len(self.urls), j), key)
+            # a second key in the same segment: decode it whole, once
+            seg = self._segments[(path, i)] = self._decode(path, i, raw)
         return self._resolve(int(seg.kind[j]), int(seg.path_id[j]), int(seg.offset[j]),
                              int(seg.length[j]), seg.inline.get(flat), key)
 

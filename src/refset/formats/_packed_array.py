@@ -23,6 +23,7 @@ __all__ = [
     "Segment",
     "encode_segment",
     "decode_segment",
+    "lookup_segment",
     "encode_strings",
     "decode_strings",
     "encode_other",
@@ -170,6 +171,57 @@ def decode_segment(r: BlockReader, lo: int, nurls: int, out: Segment | None = No
     )
     r.end()
     return out
+
+
+def lookup_segment(r: BlockReader, lo: int, nurls: int, j: int) -> tuple[int, int, int, int, bytes | None]:
+    """``(kind, path_id, offset, length, inline data)`` of cell ``j`` alone (a checked block): the
+    columns are decompressed but only the cell's file run is summed, no per-cell arrays are built."""
+    ncells = r.count(1 << 40, "cell count")
+    if not 0 <= j < ncells:
+        raise r.fail(f"cell {j} outside the segment of {ncells}")
+    flags = r.u8()
+    if flags & ALL_PRESENT:
+        rank = j
+    else:
+        bits = np.frombuffer(r.blob((ncells + 7) // 8), np.uint8)
+        if not (bits[j >> 3] >> (j & 7)) & 1:
+            return ABSENT, 0, 0, 0, None
+        rank = int(np.unpackbits(bits, count=j, bitorder="little").sum())
+    npresent = r.count(ncells, "present count")
+    if flags & ALL_RANGE:
+        kind, q = RANGE, rank
+    else:
+        kp = r.ints(npresent)[: rank + 1]
+        kind = int(kp[rank])
+        q = int(np.count_nonzero((kp[:rank] == RANGE) | (kp[:rank] == WHOLE)))
+        if kind == INLINE:
+            iq = int(np.count_nonzero(kp[:rank] == INLINE))
+    nloc = npresent if flags & ALL_RANGE else None
+    nruns = r.u64()
+    rpid = np.cumsum(unzigzag(r.ints(nruns)).view(np.int64))
+    runlen = r.ints(nruns).astype(np.int64) + 1
+    if nloc is None:
+        nloc = int(runlen.sum())
+    starts = r.ints(nruns)
+    base = _U64(r.u64())
+    lens = r.sparse_ints(nloc)
+    gaps = r.sparse_ints(nloc)
+    if kind == INLINE:
+        ninl = npresent - nloc
+        sizes = r.ints(ninl).astype(np.int64)
+        data = r.blob(int(sizes.sum()))
+        end = int(sizes[: iq + 1].sum())
+        return INLINE, 0, 0, 0, data[end - int(sizes[iq]) : end]
+    ends = np.cumsum(runlen)
+    k = int(np.searchsorted(ends, q, side="right"))
+    if k >= nruns or int(rpid[k]) >= nurls or int(rpid[k]) < 0:
+        raise r.fail("chunk outside the file runs")
+    s = int(ends[k] - runlen[k])
+    ln = unzigzag(lens[s : q + 1]) + base
+    off = starts[k] + np.sum(ln[:-1], dtype=_U64) + np.sum(unzigzag(gaps[s + 1 : q + 1]), dtype=_U64)
+    if kind == WHOLE:
+        return WHOLE, int(rpid[k]), 0, 0, None
+    return RANGE, int(rpid[k]), int(off), int(ln[-1]), None
 
 
 def encode_strings(w: BlockWriter, items: list[str]) -> None:
