@@ -59,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = tempfile.mkdtemp(prefix="bench-packed-")
     try:
-        t0 = time.perf_counter()
-        rs = refset.load(a.refs)
-        json_open = time.perf_counter() - t0
+        json_open, json_min, rs = timed(lambda: refset.load(a.refs), min(a.repeat, 3))
         n = len(rs)
         key = first_present_key(rs)
         say(f"reference set: {a.refs}: {n:,} references, {len(rs.grids)} arrays, {len(rs.urls):,} urls")
-        say(f"machine: {os.cpu_count()} cpus; timings: median of {a.repeat} runs [min]")
+        say(f"command: python bench/bench_packed.py {' '.join(argv if argv is not None else sys.argv[1:])}")
+        say(f"machine: {os.cpu_count()} cpus, shared and noisy; timings: median of {a.repeat} runs "
+            f"(V0 JSON open: {min(a.repeat, 3)}) [min]")
         say()
 
         # -- sizes --------------------------------------------------------------------------------------
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         assert ref == rs[key], (ref, rs[key])
         dec_med, dec_min, _ = timed(decode_packed, a.repeat)
         times = [
-            ("V0 JSON open (refset.load)", json_open, json_open),
+            ("V0 JSON open (refset.load)", json_open, json_min),
         ]
         if parq is not None:
             def open_parq() -> object:

@@ -355,3 +355,27 @@ def test_cli_convert_and_info(tmp_path, capsys):
     s = info["packed_arrays"]["v"]
     assert (s["present"], s["skipped"], s["files"], s["unique"]) == (60, 0, 5, 59)
     assert s["gfactor"] == round(1 - 59 / 60, 4) and s["bytes_per_ref"] > 0
+
+
+def test_save_to_fsspec_url_and_options():
+    from refset.errors import Unsupported
+
+    refs = {"a/.zarray": zarray([4], [1]), "a/0": ["u", 1, 2], "a/3": ["u", 3, 4]}
+    refset.save(refs, "memory://out/y.packed")
+    assert refset.load("memory://out/y.packed").to_dict() == refset.load(refs).to_dict()
+    with pytest.raises(Unsupported):
+        refset.save(refs, "memory://out/z.packed", record_size=3)
+    with pytest.raises(Unsupported):
+        refset.load("memory://out/y.packed", max_gen=3)
+
+
+def test_newer_version_is_unsupported(tmp_path):
+    from refset.errors import Unsupported
+
+    dest, _ = _bench_like(tmp_path)
+    data = bytearray(dest.read_bytes())
+    data[8] = 2
+    data[60:64] = zlib.crc32(bytes(data[:60])).to_bytes(4, "little")
+    dest.write_bytes(bytes(data))
+    with pytest.raises(Unsupported, match="version 2"):
+        refset.load(str(dest))
