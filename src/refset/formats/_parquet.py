@@ -174,30 +174,52 @@ class ParquetReferenceSet(ReferenceSet):
 
     def __init__(self, store: _Store, metadata: Mapping[str, object], record_size: int,
                  cache_size: int = DEFAULT_CACHE_SIZE, source: str = "") -> None:
-        items: dict[str, tuple[int, int, int, int, bytes | None]] = {}
+        # metadata documents are serialised when first asked for, except those that give a grid
+        self._docs = dict(metadata)
+        self._meta: dict[str, bytes] = {}
         grids: dict[str, ChunkGrid] = {}
-        for key, value in metadata.items():
-            data = metadata_bytes(value)
-            items[key] = (INLINE, 0, 0, 0, data)
+        for key, value in self._docs.items():
             meta = split_metadata_key(key)
             if meta is not None:
-                g = grid_from_metadata(meta[1], data)
+                g = _grid_from_doc(meta[1], value)
+                if g is False:
+                    g = grid_from_metadata(meta[1], self._metadata(key))
                 if g is not None:
                     grids[meta[0]] = g
-        super().__init__([], {}, KeyTable.from_items(items), grids)
+        self._other: KeyTable | None = None
+        super().__init__([], {}, None, grids)  # type: ignore[arg-type]  # `other` is built lazily
         self.store = store
         self.source = source
         self.record_size = record_size
+        self.stored.update(format="parquet", record_size=record_size)
         self.cache_size = max(1, int(cache_size))
         self._cache: OrderedDict[tuple[str, int], _Record] = OrderedDict()
         self._lock = threading.RLock()
         self._url_ids: dict[str, int] = {}
-        self._meta = {k: v[4] for k, v in items.items()}
         self._strides = {p: _strides(g) for p, g in grids.items()}
         self._dotted = {p: (self._strides[p], g.grid_shape) for p, g in grids.items()
                         if p and not g.prefix and (g.separator == "." or not g.shape)}
         self._rows_stored: dict[str, int] = {}
         self._records_found: dict[str, int] = {}
+
+    # -- metadata -----------------------------------------------------------------------------------
+    def _metadata(self, key: str) -> bytes:
+        data = self._meta.get(key)
+        if data is None:
+            data = self._meta[key] = metadata_bytes(self._docs[key])
+        return data
+
+    @property  # type: ignore[override]
+    def other(self) -> KeyTable:
+        """The ``.zmetadata`` documents (built on first use)."""
+        if self._other is None:
+            self._other = KeyTable.from_items(
+                {k: (INLINE, 0, 0, 0, self._metadata(k)) for k in self._docs})
+        return self._other
+
+    @other.setter
+    def other(self, value: KeyTable | None) -> None:
+        self._other = value
 
     # -- records ------------------------------------------------------------------------------------
     def _url_id(self, url: str) -> int:
@@ -265,9 +287,8 @@ class ParquetReferenceSet(ReferenceSet):
         # docstring inherited
         if not isinstance(key, str):
             raise KeyError(key)
-        data = self._meta.get(key)
-        if data is not None:
-            return data
+        if key in self._docs:
+            return self._metadata(key)
         # fast path for "."-separated (and scalar) arrays: "<path>/<i>.<j>..." -> flat index
         path, _, suffix = key.rpartition("/")
         spec = self._dotted.get(path)
@@ -345,7 +366,7 @@ class ParquetReferenceSet(ReferenceSet):
             "rows_unused": stored - used,
             "rows_padding": stored - sum(min(g.nchunks, self._rows_stored[p])
                                          for p, g in self.grids.items()),
-            "metadata_keys": len(self.other),
+            "metadata_keys": len(self._docs),
         }
 
     def _count_rows(self, path: str) -> tuple[int, int]:
@@ -356,6 +377,24 @@ class ParquetReferenceSet(ReferenceSet):
                 stored += rec.nrows
                 found += 1
         return stored, found
+
+
+def _grid_from_doc(name: str, doc: object) -> ChunkGrid | bool | None:
+    """The grid of a parsed zarr v2 ``.zarray`` document without re-serialising it (the common case
+    at open); False when :func:`~refset.keys.grid_from_metadata` must decide."""
+    if name != ".zarray" or not isinstance(doc, dict):
+        return False
+    shape, chunks = doc.get("shape"), doc.get("chunks")
+    sep = doc.get("dimension_separator") or "."
+    if not (isinstance(shape, list) and isinstance(chunks, list) and len(shape) == len(chunks)
+            and sep in (".", "/")):
+        return None
+    for v in shape + chunks:
+        if type(v) is not int or v < 0:
+            return None
+    if 0 in chunks:
+        return None
+    return ChunkGrid(tuple(shape), tuple(chunks), sep, "", 2)
 
 
 def _strides(g: ChunkGrid) -> tuple[int, ...]:
@@ -385,9 +424,11 @@ def read_parquet(
         raw = store.cat(".zmetadata")
     except FileNotFoundError as e:
         raise InvalidReferences(f"{source}: no .zmetadata; not a parquet reference directory") from e
+    import msgspec
+
     try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
+        doc = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
         raise InvalidReferences(f"{source}/.zmetadata: not JSON ({e})") from e
     if not isinstance(doc, dict):
         raise InvalidReferences(f"{source}/.zmetadata: expected a JSON object, got {type(doc).__name__}")
