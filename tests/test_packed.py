@@ -104,6 +104,20 @@ def test_empty_and_single(tmp_path):
     roundtrip({"a/.zarray": zarray([0, 4], [1, 2])}, tmp_path)
 
 
+def test_root_array_and_zarr_v3_keys(tmp_path):
+    refs = {".zarray": zarray([4, 4], [2, 2]), "0.0": ["u", 0, 9], "1.1": ["u", 9, 9]}
+    back = roundtrip(refs, tmp_path)
+    assert "" in back.grids and back["1.1"] == ("u", 9, 9)
+    meta = {"zarr_format": 3, "node_type": "array", "shape": [4, 6],
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 3]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "data_type": "float32", "fill_value": 0, "codecs": []}
+    refs = {"g/v/zarr.json": json.dumps(meta), "g/v/c/0/1": ["u", 5, 5], "g/v/c/1/0": "x",
+            "zarr.json": json.dumps({"zarr_format": 3, "node_type": "group"})}
+    back = roundtrip(refs, tmp_path)
+    assert back.grids["g/v"].prefix == "c" and back["g/v/c/0/1"] == ("u", 5, 5)
+
+
 def test_extremes_and_mixed_kinds(tmp_path):
     big = 2**63
     refs = {
