@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["read_parquet", "write_parquet", "ParquetReferenceSet", "record_name", "DEFAULT_CACHE_SIZE"]
 
 DEFAULT_CACHE_SIZE = 128  # record files kept decoded, like fsspec's LazyReferenceMapper
+_LOC_CACHE = 1 << 16  # parsed chunk keys remembered (cleared when full)
 
 
 def record_name(path: str, record: int) -> str:
@@ -196,6 +197,7 @@ class ParquetReferenceSet(ReferenceSet):
         self._cache: OrderedDict[tuple[str, int], _Record] = OrderedDict()
         self._lock = threading.RLock()
         self._url_ids: dict[str, int] = {}
+        self._locs: dict[str, tuple[str, int]] = {}  # parsed keys (like fsspec's key->record cache)
         self._strides = {p: _strides(g) for p, g in grids.items()}
         self._dotted = {p: (self._strides[p], g.grid_shape) for p, g in grids.items()
                         if p and not g.prefix and (g.separator == "." or not g.shape)}
@@ -287,6 +289,9 @@ class ParquetReferenceSet(ReferenceSet):
         # docstring inherited
         if not isinstance(key, str):
             raise KeyError(key)
+        loc = self._locs.get(key)
+        if loc is not None:
+            return self._chunk_ref(loc[0], loc[1], key)
         if key in self._docs:
             return self._metadata(key)
         # fast path for "."-separated (and scalar) arrays: "<path>/<i>.<j>..." -> flat index
@@ -308,6 +313,9 @@ class ParquetReferenceSet(ReferenceSet):
                                 break
                             flat += i * s
                         else:
+                            if len(self._locs) >= _LOC_CACHE:
+                                self._locs.clear()
+                            self._locs[key] = (path, flat)
                             return self._chunk_ref(path, flat, key)
                     except ValueError:
                         pass

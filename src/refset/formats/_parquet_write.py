@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -228,14 +229,27 @@ def _write_tree(write_file: Any, rs: ReferenceSet, meta: Mapping[str, object], a
 
     urls = np.empty(len(rs.urls), object)
     urls[:] = rs.urls
-    for a in arrays:
-        for r, kind, pid, off, ln, inline in a.records(record_size):
-            table = _record_table(kind, pid, off, ln, inline, urls, threshold,
-                                  record_size if pad else 0)
-            buf = io.BytesIO()
-            pq.write_table(table, buf, compression=compression, compression_level=compression_level,
-                           write_statistics=False, use_dictionary=["path"])
-            write_file(record_name(a.path, r), buf.getvalue())
+
+    def encode_and_write(name: str, table: Any) -> None:
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression=compression, compression_level=compression_level,
+                       write_statistics=False, use_dictionary=["path"])
+        write_file(name, buf.getvalue())
+
+    # Arrow tables are built here; encoding and file writes (which release the GIL) overlap in a
+    # small pool. At most `2 * workers` tables wait, so memory stays bounded.
+    workers = max(1, min(4, os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:
+        pending: list[Future[None]] = []
+        for a in arrays:
+            for r, kind, pid, off, ln, inline in a.records(record_size):
+                table = _record_table(kind, pid, off, ln, inline, urls, threshold,
+                                      record_size if pad else 0)
+                pending.append(pool.submit(encode_and_write, record_name(a.path, r), table))
+                if len(pending) >= 2 * workers:
+                    pending.pop(0).result()
+        for f in pending:
+            f.result()
     doc = {"metadata": dict(sorted(meta.items())), "record_size": record_size}
     write_file(".zmetadata", json.dumps(doc).encode())
 
