@@ -35,7 +35,7 @@ def info_dict(path: str) -> dict[str, Any]:
     for p, g in rs.grids.items():
         t = rs.table(p)
         counts = np.bincount(t.kind, minlength=4)
-        kinds += counts
+        kinds[1:] += counts[1:]
         present = int(counts[1:].sum())
         arrays.append({
             "path": p,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["ChunkGrid", "grid_from_metadata", "split_metadata_key", "METADATA_NAMES"]
 
@@ -25,11 +25,12 @@ class ChunkGrid:
     separator: str = "."  # between chunk indices
     prefix: str = ""  # before the indices: "" (zarr v2 style) or "c" (zarr v3 default encoding)
     zarr_format: int = 2
+    grid_shape: tuple[int, ...] = field(init=False, compare=False, repr=False)
+    """Number of chunks along each dimension."""
 
-    @property
-    def grid_shape(self) -> tuple[int, ...]:
-        """Number of chunks along each dimension."""
-        return tuple(-(-s // c) for s, c in zip(self.shape, self.chunks))
+    def __post_init__(self) -> None:
+        grid = tuple(-(-s // c) if c else 0 for s, c in zip(self.shape, self.chunks))
+        object.__setattr__(self, "grid_shape", grid)
 
     @property
     def nchunks(self) -> int:
@@ -61,7 +62,7 @@ class ChunkGrid:
         out = []
         for p, n in zip(parts, self.grid_shape):
             # canonical decimal only: no sign, no leading zeros, no spaces
-            if not p.isascii() or not p.isdigit() or (len(p) > 1 and p[0] == "0"):
+            if not (p.isdigit() and p.isascii()) or (p[0] == "0" and len(p) > 1):
                 return None
             i = int(p)
             if i >= n:

@@ -236,6 +236,28 @@ class KeyRouter:
                 return head, idx
         return None
 
+    def locate(self, key: str) -> tuple[str, int] | None:
+        """(array path, flat C-order chunk index) of a chunk key, else None."""
+        for d in self._depths:
+            parts = key.rsplit("/", d)
+            if len(parts) == d + 1:
+                head = parts[0]
+                suffix = parts[1] if d == 1 else "/".join(parts[1:])
+            elif len(parts) == d:
+                head, suffix = "", key
+            else:
+                continue
+            g = self.grids.get(head)
+            if g is None or self._depth_of[head] != d:
+                continue
+            idx = g.parse(suffix)
+            if idx is not None:
+                flat = 0
+                for i, n in zip(idx, g.grid_shape):
+                    flat = flat * n + i
+                return head, flat
+        return None
+
 
 def array_key(path: str, suffix: str) -> str:
     return f"{path}/{suffix}" if path else suffix
@@ -308,11 +330,7 @@ class ReferenceSet(Mapping[str, Ref]):
 
     def locate(self, key: str) -> tuple[str, int] | None:
         """(array path, flat chunk index) when ``key`` is a chunk key of an indexed array."""
-        hit = self.router.route(key) if self.grids else None
-        if hit is None:
-            return None
-        g = self.grids[hit[0]]
-        return hit[0], (int(np.ravel_multi_index(hit[1], g.grid_shape)) if g.shape else 0)
+        return self.router.locate(key) if self.grids else None
 
     def _chunk_ref(self, path: str, flat: int, key: str) -> Ref:
         """The reference of chunk ``flat`` of ``path``; KeyError when absent."""
@@ -446,14 +464,16 @@ class Builder:
     Single keys go through :meth:`add`; whole batches of chunk references of one array through
     :meth:`add_chunks` (columnar, no per-chunk Python work). Batches take precedence over single keys
     and later batches over earlier ones, matching "the later duplicate wins" when all single keys are
-    added first (as the readers do).
+    added first (as the readers do). ``url_ids`` is the URL table being built: readers may register
+    URLs in it and pass ids that index it.
     """
 
     def __init__(self, grids: Mapping[str, ChunkGrid] | None = None) -> None:
         self.items: dict[str, Ref] = {}
-        self.batches: list[tuple[str, np.ndarray, np.ndarray, list[str], np.ndarray, np.ndarray,
-                                 np.ndarray, dict[int, bytes]]] = []
+        self.batches: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                 dict[int, bytes]]] = []
         self.extra_grids: dict[str, ChunkGrid] = dict(grids or {})
+        self.url_ids: dict[str, int] = {}
 
     def add(self, key: str, ref: Ref) -> None:
         self.items[key] = ref
@@ -463,14 +483,32 @@ class Builder:
         path: str,
         flat: np.ndarray,
         kind: np.ndarray,
-        urls: list[str],
         path_id: np.ndarray,
         offset: np.ndarray,
         length: np.ndarray,
         inline: dict[int, bytes] | None = None,
+        urls: Sequence[str] | None = None,
     ) -> None:
-        """Chunk references of array ``path`` at flat indices ``flat``; ``path_id`` indexes ``urls``."""
-        self.batches.append((path, flat, kind, urls, path_id, offset, length, dict(inline or {})))
+        """Chunk references of array ``path`` at flat indices ``flat``.
+
+        ``path_id`` indexes ``urls`` when given, else this builder's ``url_ids``.
+        """
+        kind = np.asarray(kind, np.uint8)
+        if urls is not None:
+            remap = np.array([self.url_ids.setdefault(u, len(self.url_ids)) for u in urls] or [0],
+                             np.int64)
+            path_id = remap[np.asarray(path_id, np.int64)]
+        path_id = np.where(kind == INLINE, 0, np.asarray(path_id, np.int64))
+        flat = np.asarray(flat, np.int64)
+        self.batches.append((
+            path,
+            flat.astype(np.int32) if flat.size and flat.max() < 2**31 else flat,
+            kind,
+            path_id.astype(min_uint(len(self.url_ids))),
+            _compact(np.asarray(offset, np.uint64)),
+            _compact(np.asarray(length, np.uint64)),
+            dict(inline or {}),
+        ))
 
     def grids(self) -> dict[str, ChunkGrid]:
         """Chunk grids described by the metadata added so far."""
@@ -484,7 +522,7 @@ class Builder:
         return grids
 
     def build(self) -> ReferenceSet:
-        url_ids: dict[str, int] = {}
+        url_ids = self.url_ids
 
         def row(ref: Ref) -> Row:
             if isinstance(ref, bytes):
@@ -499,13 +537,11 @@ class Builder:
         routed: dict[str, list[tuple[int, Row]]] = {p: [] for p in grids}
         generic: dict[str, Row] = {}
         for k, v in self.items.items():
-            hit = router.route(k) if grids else None
+            hit = router.locate(k) if grids else None
             if hit is None:
                 generic[k] = row(v)
             else:
-                g = grids[hit[0]]
-                flat = int(np.ravel_multi_index(hit[1], g.grid_shape)) if g.shape else 0
-                routed[hit[0]].append((flat, row(v)))
+                routed[hit[0]].append((hit[1], row(v)))
         parts: dict[str, list[tuple[np.ndarray, ...]]] = {p: [] for p in grids}
         inlines: dict[str, dict[int, bytes]] = {p: {} for p in grids}
         for path, rows in routed.items():
@@ -515,18 +551,14 @@ class Builder:
                     *(np.array([r[j] for _, r in rows], np.uint64) for j in range(4)),
                 ))
                 inlines[path].update({f: r[4] for f, r in rows if r[4] is not None})
-        for path, flat, kind, urls, pid, off, ln, inl in self.batches:
+        for path, flat, kind, pid, off, ln, inl in self.batches:
             if path not in grids:
                 raise ValueError(f"no chunk grid for array {path!r}")
-            remap = np.array([url_ids.setdefault(u, len(url_ids)) for u in urls] or [0], np.uint64)
-            gpid = remap[np.asarray(pid, np.int64)] if len(urls) else np.zeros(len(flat), np.uint64)
-            gpid = np.where(np.asarray(kind) == INLINE, 0, gpid)
-            parts[path].append((np.asarray(flat, np.int64), np.asarray(kind, np.uint8), gpid,
-                                np.asarray(off, np.uint64), np.asarray(ln, np.uint64)))
+            parts[path].append((flat, kind, pid, off, ln))
             inlines[path].update(inl)
         arrays: dict[str, ChunkTable] = {}
         for path, g in grids.items():
-            chunks = parts[path]
+            chunks = parts.pop(path)
             n = sum(len(c[0]) for c in chunks)
             if g.nchunks > max(DENSE_MIN_CHUNKS, DENSE_FACTOR * n):
                 # too sparse to index densely: keep its chunk keys as generic keys
@@ -536,7 +568,11 @@ class Builder:
                         key = array_key(path, g.chunk_key([int(i) for i in idx]))
                         generic[key] = (k, p, o, ln, inlines[path].get(f) if k == INLINE else None)
                 continue
-            cols = [np.concatenate([c[j] for c in chunks]) if chunks else np.zeros(0, np.uint64)
-                    for j in range(5)]
+            if len(chunks) == 1:
+                cols = list(chunks[0])
+            else:
+                cols = [np.concatenate([c[j] for c in chunks]) if chunks else np.zeros(0, np.uint64)
+                        for j in range(5)]
+            del chunks
             arrays[path] = ChunkTable.from_entries(g, *cols, inline=inlines[path])
         return ReferenceSet(list(url_ids), arrays, KeyTable.from_items(generic))

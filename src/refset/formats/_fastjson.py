@@ -1,6 +1,558 @@
-"""Placeholder: replaced by the vectorised reader."""
+"""A vectorised reader for large Version 0 documents (and the ``{"version": 1, "refs": ...}`` envelope).
+
+It never builds a Python object per reference. The document is scanned with numpy: string
+boundaries from the quote positions, members as (key string, value string) pairs, the two integers of
+``[url, offset, length]`` located through the comma positions and parsed eight digits at a time
+(SWAR on unaligned 64-bit words), chunk indices parsed from the key's tail, and keys grouped into runs
+that share an array prefix and URLs into runs that share a URL, so only one string per run is
+decoded. Everything that does not fit this common shape (inline values, keys outside chunk grids,
+``/`` separators) goes through the ordinary per-key path, and any surprise returns None so the caller
+falls back to a full JSON parse that reports problems precisely.
+"""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
 
-def fast_load(data, **kw):  # noqa: ANN001, ANN003, ANN201
-    return None
+import numpy as np
+
+from ..model import RANGE, WHOLE, Builder, KeyRouter, Ref, ReferenceSet
+
+__all__ = ["fast_load", "MIN_SIZE"]
+
+MIN_SIZE = 1 << 16  # smaller documents parse faster with the generic parser
+
+_WS = np.zeros(256, bool)
+_WS[[9, 10, 13, 32]] = True
+_U8 = np.uint64
+_ONES = _U8(0x0101010101010101)
+_HI = _U8(0x8080808080808080)
+_LO7 = _U8(0x7F7F7F7F7F7F7F7F)
+_ZEROS = _U8(0x3030303030303030)
+
+
+class _Fallback(Exception):
+    pass
+
+
+def _words(data: bytes) -> np.ndarray:
+    """``w[i]`` = the 8 bytes starting at ``i`` as a little-endian uint64 (unaligned view)."""
+    return np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+
+
+def _byte_lt(w: np.ndarray, n: int) -> np.ndarray:
+    """0x80 in each byte of ``w`` whose value is < n (n <= 128)."""
+    return ~((w & _LO7) + _U8((128 - n) * 0x0101010101010101)) & ~w & _HI
+
+
+def _top_byte(flags: np.ndarray) -> np.ndarray:
+    """Index (0..7) of the highest flagged byte; -1 when none."""
+    exp = np.frexp(flags.astype(np.float64))[1].astype(np.int64)  # bit_length
+    return (exp - 1) // 8
+
+
+def _skip_ws(a: np.ndarray, pos: np.ndarray, step: int) -> np.ndarray:
+    """First non-whitespace position at or after ``pos``; _Fallback when the text ends first."""
+    if pos.size and pos[-1] >= a.size:  # positions ascend
+        raise _Fallback
+    idx = np.flatnonzero(a[pos] <= 32)
+    if not idx.size:
+        return pos
+    pos = pos.copy()
+    while idx.size:
+        c = a[pos[idx]]
+        if not _WS[c].all():
+            raise _Fallback  # a control character outside strings is not JSON
+        pos[idx] += step
+        if pos[idx].max() >= a.size:
+            raise _Fallback
+        idx = idx[a[pos[idx]] <= 32]
+    return pos
+
+
+def _swar8(w: np.ndarray) -> np.ndarray:
+    x = w - _ZEROS
+    x = (x * _U8(10) + (x >> _U8(8))) & _U8(0x00FF00FF00FF00FF)
+    x = (x * _U8(100) + (x >> _U8(16))) & _U8(0x0000FFFF0000FFFF)
+    return (x * _U8(10000) + (x >> _U8(32))) & _U8(0xFFFFFFFF)
+
+
+# _LOW[n]: the low 8-n bytes of a word (the bytes before its last n), for n = 0..8
+_LOW = np.array([(1 << (8 * (8 - n))) - 1 if n else (1 << 64) - 1 for n in range(9)], np.uint64)
+
+
+def _masked(w: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Keep the last ``n`` (0..8) bytes of each word, the others become '0'."""
+    low = _LOW[np.clip(n, 0, 8)]
+    return (w & ~low) | (_ZEROS & low)
+
+
+def _is_digits(w: np.ndarray) -> np.ndarray:
+    hi_ok = (w & _U8(0xF0F0F0F0F0F0F0F0)) == _ZEROS
+    lo_ok = (((w & _U8(0x0F0F0F0F0F0F0F0F)) + _U8(0x0606060606060606)) & _U8(0xF0F0F0F0F0F0F0F0)) == 0
+    return hi_ok & lo_ok
+
+
+def _parse_uints(W: np.ndarray, a: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Decimal integers in spans [s, e) of 1..16 digits; raises _Fallback on anything else."""
+    n = e - s
+    if n.size == 0:
+        return np.zeros(0, np.uint64)
+    if n.min() < 1 or n.max() > 16 or e.min() < 16:
+        raise _Fallback
+    if np.any((a[s] == 48) & (n > 1)):
+        raise _Fallback  # leading zeros are not JSON
+    n_lo = np.minimum(n, 8)
+    lo = _masked(W[e - 8], n_lo)
+    hi = _masked(W[e - 16], n - n_lo)
+    if not (np.all(_is_digits(lo)) and np.all(_is_digits(hi))):
+        raise _Fallback
+    return _swar8(hi) * _U8(100_000_000) + _swar8(lo)
+
+
+def _same_spans(a: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``same[i]``: span i has the same bytes as span i-1 (``same[0]`` False)."""
+    from numpy.lib.stride_tricks import as_strided
+
+    n = e - s
+    same = np.zeros(n.size, bool)
+    if n.size < 2:
+        return same
+    eq_len = np.zeros(n.size, bool)
+    eq_len[1:] = n[1:] == n[:-1]
+    # spans of one length are gathered once as fixed-width rows; a row equal to the row before it
+    # (which then has the same length) is the same string
+    order = np.argsort(n, kind="stable")
+    sorted_n = n[order]
+    cuts = np.flatnonzero(np.diff(sorted_n)) + 1
+    for rows in np.split(order, cuts):
+        L = int(n[rows[0]])
+        if rows.size < 2:
+            continue
+        if L == 0:
+            same[rows] = eq_len[rows]
+            continue
+        view = as_strided(a, shape=(a.size - L + 1, L), strides=(1, 1))
+        x = view[s[rows]].view(f"V{L}")[:, 0]
+        hit = np.zeros(rows.size, bool)
+        hit[1:] = (x[1:] == x[:-1]) & (rows[1:] == rows[:-1] + 1)
+        same[rows] = hit
+    return same
+
+
+def _decode(data: bytes, s: int, e: int) -> str:
+    import msgspec
+
+    return str(msgspec.json.decode(b'"' + data[s:e] + b'"'))
+
+
+def _key_tails(
+    W: np.ndarray, a: np.ndarray, ks: np.ndarray, ke: np.ndarray, maxdim: int = 32
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Parse ``prefix/i.j.k`` from key spans: (prefix end, ndim, [last index, second last, ...]).
+
+    ndim 0 means "not a dotted chunk key"; the prefix end is the position of the '/' (or the key
+    start for a key of digits only).
+    """
+    N = ks.size
+    ndim = np.zeros(N, np.int64)
+    pend = ks.copy()
+    idx: list[np.ndarray] = []
+    active = np.arange(N)
+    end = ke.copy()
+    for d in range(maxdim):
+        if active.size == 0:
+            break
+        e = end[active]
+        ok_pos = e - ks[active] >= 1
+        w = W[np.maximum(e - 8, 0)]
+        bad = ~(_byte_lt(w ^ _ZEROS, 10)) & _HI
+        top = _top_byte(bad)  # highest non-digit byte; -1 if all digits
+        nd = 7 - top
+        nd = np.where(top < 0, 8, nd)
+        nd = np.minimum(nd, e - ks[active])
+        good = ok_pos & (nd >= 1) & (nd <= 7)
+        start = e - nd
+        lead0 = (a[np.minimum(start, a.size - 1)] == 48) & (nd > 1)
+        good &= ~lead0
+        val = _swar8(_masked(w, nd))
+        sep = a[np.maximum(start - 1, 0)]
+        at_key_start = start == ks[active]
+        cont = good & (sep == 46) & ~at_key_start
+        stop_slash = good & (sep == 47) & ~at_key_start
+        stop_root = good & at_key_start
+        col = np.full(N, -1, np.int64)
+        col[active[good]] = val[good].astype(np.int64)
+        idx.append(col)
+        done = stop_slash | stop_root
+        dr = active[done]
+        ndim[dr] = d + 1
+        pend[dr] = np.where(stop_slash[done], start[done] - 1, ks[dr])
+        end[active[cont]] = start[cont] - 1
+        active = active[cont]
+    return pend, ndim, idx
+
+
+def _quotes(data: bytes, a: np.ndarray) -> np.ndarray:
+    """Positions of the unescaped quotes (scanned in blocks to bound temporary memory)."""
+    dt = np.int32 if a.size < 2**31 - 64 else np.int64
+    block = 1 << 24
+    parts = [np.flatnonzero(a[o : o + block] == 34).astype(dt) + dt(o) for o in range(0, a.size, block)]
+    q = np.concatenate(parts) if parts else np.zeros(0, dt)
+    if q.size and q[0] == 0:
+        raise _Fallback
+    esc = q[a[q - 1] == 92] if q.size else q
+    if esc.size:
+        # a quote is escaped when an odd number of backslashes precede it
+        count = np.ones(esc.size, np.int64)
+        cur = esc.astype(np.int64) - 1
+        live = np.arange(esc.size)
+        while live.size:
+            prev = cur[live] - 1
+            more = (prev >= 0) & (a[np.maximum(prev, 0)] == 92)
+            live = live[more]
+            cur[live] -= 1
+            count[live] += 1
+        q = np.setdiff1d(q, esc[count % 2 == 1], assume_unique=True)
+    if q.size % 2:
+        raise _Fallback
+    return q
+
+
+BATCH = 1 << 18  # members parsed together: bounds the temporary memory
+
+
+class _Doc:
+    """The text and its string table; member m of the body has key string ``first + 2m``."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.a = np.frombuffer(data, np.uint8)
+        self.W = _words(data)
+        self.q = _quotes(data, self.a)
+        self.nstr = self.q.size // 2
+        self.first = 0
+        self.members = 0
+
+    def s(self, j: np.ndarray) -> np.ndarray:
+        return self.q[2 * j].astype(np.int64) + 1
+
+    def e(self, j: np.ndarray) -> np.ndarray:
+        return self.q[2 * j + 1].astype(np.int64)
+
+    def spans(self, m0: int, m1: int) -> tuple[np.ndarray, ...]:
+        kj = self.first + 2 * np.arange(m0, m1, dtype=np.int64)
+        return self.s(kj), self.e(kj), self.s(kj + 1), self.e(kj + 1)
+
+    def text(self, s: int, e: int) -> str:
+        return _decode(self.data, s, e)
+
+
+def _envelope(doc: _Doc) -> tuple[dict[str, Any] | None, int]:
+    """(the rest of a {"version": 1, ..., "refs": {...}} document, closing braces after the body)."""
+    from ._json import decode_json
+
+    a, data = doc.a, doc.data
+    first = int(_skip_ws(a, np.array([0]), 1)[0])
+    if a[first] != 123:  # "{"
+        raise _Fallback
+    head = np.arange(min(16, doc.nstr))
+    hs, he = doc.s(head), doc.e(head)
+    names = [data[x:y] for x, y in zip(hs.tolist(), he.tolist())]
+    if b"version" not in names:
+        return None, 1
+    refs = [i for i, n in enumerate(names) if n == b"refs"]
+    if not refs:
+        raise _Fallback
+    i = refs[0]
+    p = int(_skip_ws(a, np.array([he[i] + 1]), 1)[0])
+    if a[p] != 58:
+        raise _Fallback
+    p = int(_skip_ws(a, np.array([p + 1]), 1)[0])
+    if a[p] != 123:
+        raise _Fallback
+    rest = decode_json(data[: hs[i] - 1] + b'"refs": {}}')
+    if not isinstance(rest, dict) or rest.get("refs") != {} or "version" not in rest:
+        raise _Fallback
+    doc.first = i + 1
+    return rest, 2
+
+
+def _shape(doc: _Doc, m0: int, m1: int) -> tuple[np.ndarray, ...]:
+    """Check members m0..m1 and find their parts.
+
+    Returns key/value spans, ``is_arr`` (value is a list), ``whole`` ([url]), offset and length.
+    """
+    a, W = doc.a, doc.W
+    ks, ke, vs, ve = doc.spans(m0, m1)
+    n = ks.size
+    # between key and value: ws ':' ws ( '"' | '[' ws '"' )
+    p = _skip_ws(a, ke + 1, 1)
+    if not np.all(a[p] == 58):
+        raise _Fallback
+    p = _skip_ws(a, p + 1, 1)
+    is_arr = a[p] == 91
+    if not np.all(is_arr | (p == vs - 1)):
+        raise _Fallback
+    ai = np.flatnonzero(is_arr)
+    if ai.size and not np.all(_skip_ws(a, p[ai] + 1, 1) == vs[ai] - 1):
+        raise _Fallback
+    # after the value: strings end with ws (',' | '}'); lists hold ', int, int]' or ']'
+    after = _skip_ws(a, ve + 1, 1)
+    term = after.copy()
+    ca = a[after[ai]]
+    whole = np.zeros(n, bool)
+    whole[ai[ca == 93]] = True
+    three = ai[ca == 44]
+    if np.count_nonzero(whole) + three.size != ai.size:
+        raise _Fallback
+    w_i = np.flatnonzero(whole)
+    if w_i.size:
+        term[w_i] = _skip_ws(a, after[w_i] + 1, 1)
+    offset = np.zeros(n, np.uint64)
+    length = np.zeros(n, np.uint64)
+    if three.size:
+        s1 = _skip_ws(a, after[three] + 1, 1)
+        e1 = _digits_end(W, a, s1)
+        c2 = _skip_ws(a, e1, 1)
+        if not np.all(a[c2] == 44):
+            raise _Fallback
+        s2 = _skip_ws(a, c2 + 1, 1)
+        e2 = _digits_end(W, a, s2)
+        rb = _skip_ws(a, e2, 1)
+        if not np.all(a[rb] == 93):
+            raise _Fallback
+        term[three] = _skip_ws(a, rb + 1, 1)
+        offset[three] = _parse_uints(W, a, s1, e1)
+        length[three] = _parse_uints(W, a, s2, e2)
+    # members are separated by ',' and the body ends with '}'
+    last = m1 == doc.members
+    tc = a[term]
+    if not (np.all(tc[: n - 1] == 44) and tc[n - 1] == (125 if last else 44)):
+        raise _Fallback
+    nxt_key = doc.s(doc.first + 2 * np.arange(m0 + 1, m0 + n + (0 if last else 1), dtype=np.int64)) - 1
+    if np.any(_skip_ws(a, term[: nxt_key.size] + 1, 1) != nxt_key):
+        raise _Fallback
+    return ks, ke, vs, ve, is_arr, whole, offset, length, term
+
+
+def fast_load(
+    data: bytes,
+    *,
+    max_gen: int | None = None,
+    template_overrides: Mapping[str, str] | None = None,
+) -> ReferenceSet | None:
+    """A ReferenceSet from JSON text, or None when the document needs the generic parser."""
+    if len(data) < MIN_SIZE:
+        return None
+    try:
+        return _fast_load(data, max_gen=max_gen, template_overrides=template_overrides)
+    except _Fallback:
+        return None
+
+
+def _fast_load(
+    data: bytes, *, max_gen: int | None, template_overrides: Mapping[str, str] | None
+) -> ReferenceSet | None:
+    from ._json import collect
+    from ._json_v1 import DEFAULT_MAX_GEN
+    from ._templates import Templates
+
+    doc = _Doc(data)
+    if doc.nstr < 4:
+        raise _Fallback
+    head_doc, closers = _envelope(doc)
+    if (doc.nstr - doc.first) % 2:
+        raise _Fallback
+    doc.members = (doc.nstr - doc.first) // 2
+    templates = None
+    if head_doc is not None:
+        if head_doc.get("version") != 1:
+            raise _Fallback  # the generic path reports the unknown version
+        tmpl = head_doc.get("templates", {})
+        if not isinstance(tmpl, dict) or not all(isinstance(v, str) for v in tmpl.values()):
+            raise _Fallback
+        templates = Templates({**tmpl, **(template_overrides or {})})
+
+    b = Builder()
+    problems: list[str] = []
+    batches = [(m, min(m + BATCH, doc.members)) for m in range(0, doc.members, BATCH)]
+    # pass 1: string values (metadata, inline data) go through the per-key path; grids need them
+    a = doc.a
+    for m0, m1 in batches:
+        ks, ke, vs, ve = doc.spans(m0, m1)
+        p = _skip_ws(a, ke + 1, 1)
+        p = _skip_ws(a, p + 1, 1)
+        for i in np.flatnonzero(a[p] == 34).tolist():
+            key = doc.text(int(ks[i]), int(ke[i]))
+            b.add(key, _inline(data, int(vs[i]), int(ve[i]), key, problems))
+    if problems:
+        raise _Fallback
+    grids = b.grids()
+    url_id = b.url_ids
+    slow: list[tuple[str, Ref]] = []
+    # pass 2: list values, column-wise per batch
+    for m0, m1 in batches:
+        ks, ke, vs, ve, is_arr, whole, offset, length, term = _shape(doc, m0, m1)
+        _lists(doc, ks, ke, vs, ve, is_arr, whole, offset, length, grids, templates, url_id, b, slow)
+    _check_end(a, int(term[-1]) + 1, closers)
+    for key, ref in slow:
+        b.add(key, ref)
+    router = KeyRouter(grids) if grids else None
+    if router is not None and b.batches and _collides(b, router):
+        raise _Fallback  # a chunk given both inline and as a range: let the generic path order them
+    if head_doc is not None:
+        collect(head_doc, problems, builder=b, refs_done=True, max_gen=max_gen or DEFAULT_MAX_GEN,
+                template_overrides=template_overrides)
+        if problems:
+            raise _Fallback
+    rs = b.build()
+    rs.stored.update(format="json", version=1 if head_doc is not None else 0)
+    return rs
+
+
+def _check_end(a: np.ndarray, rest: int, closers: int) -> None:
+    for _ in range(closers - 1):
+        rest = int(_skip_ws(a, np.array([rest]), 1)[0])
+        if a[rest] != 125:
+            raise _Fallback
+        rest += 1
+    if rest < a.size and not np.all(_WS[a[rest:]]):
+        raise _Fallback
+
+
+def _url(doc: _Doc, s: int, e: int, templates: Any) -> str:
+    u = doc.text(s, e)
+    if templates is not None and "{{" in u:
+        try:
+            return str(templates.render(u))
+        except ValueError:
+            raise _Fallback from None
+    return u
+
+
+def _lists(
+    doc: _Doc,
+    ks: np.ndarray,
+    ke: np.ndarray,
+    vs: np.ndarray,
+    ve: np.ndarray,
+    is_arr: np.ndarray,
+    whole: np.ndarray,
+    offset: np.ndarray,
+    length: np.ndarray,
+    grids: Mapping[str, Any],
+    templates: Any,
+    url_id: dict[str, int],
+    b: Builder,
+    slow: list[tuple[str, Ref]],
+) -> None:
+    """Add the list-valued members of one batch: chunk keys of known grids column-wise."""
+    a, W = doc.a, doc.W
+    lists = np.flatnonzero(is_arr)
+    pend, ndim, idx = _key_tails(W, a, ks[lists], ke[lists])
+    ok = np.zeros(lists.size, bool)
+    arr_of = np.full(lists.size, -1, np.int64)
+    names: list[str] = []
+    chunky = np.flatnonzero(ndim > 0)
+    if chunky.size:
+        m = lists[chunky]
+        same = _same_spans(a, ks[m], pend[chunky])
+        bounds = np.append(np.flatnonzero(~same), chunky.size)
+        name_id: dict[str, int] = {}
+        for s0, s1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            r = int(chunky[s0])
+            k0 = int(ks[lists[r]])
+            prefix = doc.text(k0, int(pend[r])) if pend[r] > k0 else ""
+            g = grids.get(prefix)
+            if g is None or g.separator != "." or g.prefix or g.ndim == 0:
+                continue
+            j = name_id.setdefault(prefix, len(names))
+            if j == len(names):
+                names.append(prefix)
+            arr_of[chunky[s0:s1]] = j
+        for j, prefix in enumerate(names):
+            rows = np.flatnonzero(arr_of == j)
+            g = grids[prefix]
+            good = ndim[rows] == g.ndim
+            for d, n in enumerate(reversed(g.grid_shape)):
+                v = idx[d][rows]
+                good &= (v >= 0) & (v < n)
+            ok[rows[good]] = True
+    # URLs of the columnar rows: runs of identical spans, decoded once per run
+    cols = np.flatnonzero(ok)
+    if cols.size:
+        m = lists[cols]
+        starts = np.flatnonzero(~_same_spans(a, vs[m], ve[m]))
+        run_pid = np.empty(starts.size, np.int64)
+        for r, s0 in enumerate(starts.tolist()):
+            u = _url(doc, int(vs[m[s0]]), int(ve[m[s0]]), templates)
+            run_pid[r] = url_id.setdefault(u, len(url_id))
+        pid = np.repeat(run_pid, np.diff(np.append(starts, cols.size)))
+        kind = np.where(whole[m], WHOLE, RANGE).astype(np.uint8)
+        aof = arr_of[cols]
+        for j, prefix in enumerate(names):
+            sel = np.flatnonzero(aof == j)
+            if not sel.size:
+                continue
+            g = grids[prefix]
+            r = cols[sel]
+            flat = np.ravel_multi_index(tuple(idx[d][r] for d in reversed(range(g.ndim))), g.grid_shape)
+            ms = m[sel]
+            b.add_chunks(prefix, flat, kind[sel], pid[sel], offset[ms], length[ms])
+    # everything else, one key at a time
+    for i in lists[~ok].tolist():
+        key = doc.text(int(ks[i]), int(ke[i]))
+        url = _url(doc, int(vs[i]), int(ve[i]), templates)
+        slow.append((key, (url,) if whole[i] else (url, int(offset[i]), int(length[i]))))
+
+
+def _digits_end(W: np.ndarray, a: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """End (exclusive) of the run of digits starting at each ``s`` (runs of up to 16 digits)."""
+    e = s.copy()
+    live = np.arange(s.size)
+    far = s <= W.size - 17
+    if not far.all():
+        live = np.flatnonzero(far)
+        for i in np.flatnonzero(~far).tolist():  # the last few bytes of the text: byte by byte
+            j = int(s[i])
+            while j < a.size and 48 <= a[j] <= 57:
+                j += 1
+            e[i] = j
+    for _ in range(2):
+        if not live.size:
+            break
+        w = W[e[live]]
+        nondig = ~_byte_lt(w ^ _ZEROS, 10) & _HI
+        # lowest flagged byte = first non-digit
+        low = nondig & (~nondig + _U8(1))
+        first = np.where(nondig == 0, 8, _top_byte(low))
+        e[live] += first
+        live = live[first == 8]
+    if live.size:
+        raise _Fallback
+    return e
+
+
+def _inline(data: bytes, s: int, e: int, key: str, problems: list[str]) -> bytes:
+    from ._json_v0 import normalize_value
+
+    v = normalize_value(key, _decode(data, s, e), problems)
+    return v if isinstance(v, bytes) else b""
+
+
+def _collides(b: Builder, router: KeyRouter) -> bool:
+    """Whether a single key names a chunk that a columnar batch also holds."""
+    routed: dict[str, list[int]] = {}
+    for key in b.items:
+        hit = router.route(key)
+        if hit is not None:
+            g = router.grids[hit[0]]
+            routed.setdefault(hit[0], []).append(
+                int(np.ravel_multi_index(hit[1], g.grid_shape)) if g.shape else 0
+            )
+    for path, flat, *_ in b.batches:
+        if path in routed and np.isin(flat, routed[path]).any():
+            return True
+    return False

@@ -267,7 +267,7 @@ def _expand(
     kind = np.full(total, RANGE if has_range else WHOLE, np.uint8)
     target = _chunk_target(key_p, grids, total)
     if target is not None:
-        builder.add_chunks(target[0], target[1], kind, urls, pid, off, ln)
+        builder.add_chunks(target[0], target[1], kind, pid, off, ln, urls=urls)
         return
     keys = _strings(key_p, total).tolist()
     for k, p, o, n in zip(keys, pid.tolist(), off.tolist(), ln.tolist()):
