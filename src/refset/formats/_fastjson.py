@@ -111,7 +111,7 @@ def _parse_uints(W: np.ndarray, a: np.ndarray, s: np.ndarray, e: np.ndarray) -> 
     return _swar8(hi) * _U8(100_000_000) + _swar8(lo)
 
 
-def _same_spans(a: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+def _same_spans(a: np.ndarray, s: np.ndarray, e: np.ndarray, W: np.ndarray | None = None) -> np.ndarray:
     """``same[i]``: span i has the same bytes as span i-1 (``same[0]`` False)."""
     from numpy.lib.stride_tricks import as_strided
 
@@ -119,24 +119,32 @@ def _same_spans(a: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     same = np.zeros(n.size, bool)
     if n.size < 2:
         return same
-    eq_len = np.zeros(n.size, bool)
-    eq_len[1:] = n[1:] == n[:-1]
-    # spans of one length are gathered once as fixed-width rows; a row equal to the row before it
-    # (which then has the same length) is the same string
-    order = np.argsort(n, kind="stable")
-    sorted_n = n[order]
-    cuts = np.flatnonzero(np.diff(sorted_n)) + 1
-    for rows in np.split(order, cuts):
+    if W is not None and n.max() <= 16 and e.min() >= 16:
+        # short spans: the last two words, masked to the span, hold all of it
+        same[1:] = n[1:] == n[:-1]
+        lo = _masked(W[e - 8], np.minimum(n, 8))
+        hi = _masked(W[e - 16], n - np.minimum(n, 8))
+        same[1:] &= (lo[1:] == lo[:-1]) & (hi[1:] == hi[:-1])
+        return same
+    if n.min() == n.max():
+        groups = [np.arange(n.size)]
+    else:
+        order = np.argsort(n, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(n[order])) + 1)
+    for rows in groups:
+        # spans of one length are gathered once as fixed-width rows; a row equal to the row
+        # before it (which then has the same length) is the same string
         L = int(n[rows[0]])
         if rows.size < 2:
             continue
-        if L == 0:
-            same[rows] = eq_len[rows]
-            continue
-        view = as_strided(a, shape=(a.size - L + 1, L), strides=(1, 1))
-        x = view[s[rows]].view(f"V{L}")[:, 0]
         hit = np.zeros(rows.size, bool)
-        hit[1:] = (x[1:] == x[:-1]) & (rows[1:] == rows[:-1] + 1)
+        if L == 0:
+            hit[1:] = True
+        else:
+            view = as_strided(a, shape=(a.size - L + 1, L), strides=(1, 1))
+            x = view[s[rows]]
+            hit[1:] = (x[1:] == x[:-1]).all(axis=1)
+        hit[1:] &= rows[1:] == rows[:-1] + 1
         same[rows] = hit
     return same
 
@@ -257,23 +265,27 @@ def _envelope(doc: _Doc) -> tuple[dict[str, Any] | None, int]:
     first = int(_skip_ws(a, np.array([0]), 1)[0])
     if a[first] != 123:  # "{"
         raise _Fallback
-    head = np.arange(min(16, doc.nstr))
+    head = np.arange(min(1 << 16, doc.nstr))
     hs, he = doc.s(head), doc.e(head)
-    names = [data[x:y] for x, y in zip(hs.tolist(), he.tolist())]
-    if b"version" not in names:
+    short = np.flatnonzero((he - hs == 7) | (he - hs == 4)).tolist()
+    names = {i: data[hs[i] : he[i]] for i in short}
+    if b"version" not in names.values():
         return None, 1
-    refs = [i for i, n in enumerate(names) if n == b"refs"]
-    if not refs:
-        raise _Fallback
-    i = refs[0]
-    p = int(_skip_ws(a, np.array([he[i] + 1]), 1)[0])
-    if a[p] != 58:
-        raise _Fallback
-    p = int(_skip_ws(a, np.array([p + 1]), 1)[0])
-    if a[p] != 123:
-        raise _Fallback
-    rest = decode_json(data[: hs[i] - 1] + b'"refs": {}}')
-    if not isinstance(rest, dict) or rest.get("refs") != {} or "version" not in rest:
+    # "refs" must be the last top-level member: its body runs to the end of the text
+    for i in (i for i, n in names.items() if n == b"refs"):
+        p = int(_skip_ws(a, np.array([he[i] + 1]), 1)[0])
+        if a[p] != 58:
+            continue
+        p = int(_skip_ws(a, np.array([p + 1]), 1)[0])
+        if a[p] != 123:
+            continue
+        try:
+            rest = decode_json(data[: hs[i] - 1] + b'"refs": {}}')
+        except ValueError:
+            continue
+        if isinstance(rest, dict) and rest.get("refs") == {} and "version" in rest:
+            break
+    else:
         raise _Fallback
     doc.first = i + 1
     return rest, 2
@@ -458,7 +470,7 @@ def _lists(
     chunky = np.flatnonzero(ndim > 0)
     if chunky.size:
         m = lists[chunky]
-        same = _same_spans(a, ks[m], pend[chunky])
+        same = _same_spans(a, ks[m], pend[chunky], W)
         bounds = np.append(np.flatnonzero(~same), chunky.size)
         name_id: dict[str, int] = {}
         for s0, s1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
@@ -520,10 +532,10 @@ def _digits_end(W: np.ndarray, a: np.ndarray, s: np.ndarray) -> np.ndarray:
             while j < a.size and 48 <= a[j] <= 57:
                 j += 1
             e[i] = j
-    for _ in range(2):
+    for _ in range(3):
         if not live.size:
             break
-        w = W[e[live]]
+        w = W[np.minimum(e[live], W.size - 1)]
         nondig = ~_byte_lt(w ^ _ZEROS, 10) & _HI
         # lowest flagged byte = first non-digit
         low = nondig & (~nondig + _U8(1))

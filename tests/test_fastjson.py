@@ -1,0 +1,168 @@
+"""The vectorised JSON reader must agree exactly with the generic parser on every document."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import refset
+from refset.errors import InvalidReferences
+from refset.formats._fastjson import MIN_SIZE, fast_load
+from refset.formats._json import from_document
+
+from .helpers import zarray
+
+
+def _doc(n_files: int = 60, seed: int = 0, sep: str = ".") -> dict:
+    rng = np.random.default_rng(seed)
+    d = {".zgroup": '{"zarr_format": 2}', ".zattrs": '{"title": "t \\"quoted\\" \\\\ x"}'}
+    for v in ("a", "bb", "grp/sub/ccc"):
+        d[f"{v}/.zarray"] = zarray([n_files, 40, 30], [1, 10, 10], sep=sep)
+        d[f"{v}/.zattrs"] = '{"_ARRAY_DIMENSIONS": ["t", "y", "x"]}'
+    for f in range(n_files):
+        url = f"s3://bucket/some/dir/file-{f:05d}.nc"
+        off = int(rng.integers(0, 10**6))
+        for v in ("a", "bb", "grp/sub/ccc"):
+            for j in range(4):
+                for k in range(3):
+                    if rng.random() < 0.2:
+                        continue
+                    ln = int(rng.integers(1, 10**5))
+                    d[f"{v}/{f}{sep}{j}{sep}{k}"] = [url, off, ln]
+                    off += ln
+    return d
+
+
+def _check(text: bytes, fast_expected: bool = True) -> refset.ReferenceSet:
+    assert len(text) >= MIN_SIZE
+    fast = fast_load(text)
+    if fast_expected:
+        assert fast is not None, "fast path not taken"
+    generic = from_document(json.loads(text))
+    got = refset.load(text)
+    assert got.to_dict() == generic.to_dict()
+    if fast is not None:
+        assert fast.to_dict() == generic.to_dict()
+        assert set(fast.grids) == set(generic.grids)
+    return got
+
+
+@pytest.mark.parametrize("dumps", [
+    lambda d: json.dumps(d),
+    lambda d: json.dumps(d, separators=(",", ":")),
+    lambda d: json.dumps(d, indent=2),
+    lambda d: json.dumps(d, indent="\t"),
+    lambda d: json.dumps({"version": 1, "refs": d}),
+    lambda d: json.dumps({"version": 1, "templates": {"x": "y"}, "refs": d}, indent=1),
+])
+def test_layouts(dumps):
+    rs = _check(dumps(_doc()).encode())
+    assert rs.table("grp/sub/ccc").count() > 0
+
+
+def test_chunk_columns_are_used():
+    rs = fast_load(json.dumps(_doc()).encode())
+    assert rs is not None and set(rs.grids) == {"a", "bb", "grp/sub/ccc"}
+    assert len(rs.other) == 8  # metadata only
+
+
+def test_inline_chunks_whole_files_and_odd_keys():
+    d = _doc()
+    d["a/0.0.0"] = "base64:AAAAAQ=="  # an inline chunk overriding nothing (was maybe absent)
+    d["a/1.1.1"] = ["s3://bucket/whole.bin"]
+    d["a/01.0.0"] = ["u", 1, 2]  # non-canonical: generic key
+    d["a/999.0.0"] = ["u", 1, 2]  # out of the grid: generic key
+    d["a/1.0"] = ["u", 1, 2]  # wrong ndim
+    d["nogrid/3.4"] = ["u", 5, 6]
+    d["0.1"] = ["root-like", 7, 8]
+    d["esc\\/aped/0"] = ["s3:\\/\\/b\\/k", 1, 2]
+    d["unicode-é"] = ["s3://b/é.nc", 3, 4]
+    rs = _check(json.dumps(d).encode())
+    assert rs["a/1.1.1"] == ("s3://bucket/whole.bin",)
+    assert rs["esc\\/aped/0"] == ("s3:\\/\\/b\\/k", 1, 2)
+    text = json.dumps(d).replace("s3://bucket/some", "s3:\\/\\/bucket\\/some").encode()
+    _check(text)
+
+
+def test_duplicate_keys_last_wins():
+    d = _doc()
+    text = json.dumps(d)
+    body = text[:-1] + ', "a/0.0.0": ["dup", 1, 2], "a/0.0.1": "inline", "a/0.0.1": ["again", 3, 4]}'
+    rs = _check(body.encode(), fast_expected=False)
+    assert rs["a/0.0.0"] == ("dup", 1, 2) and rs["a/0.0.1"] == ("again", 3, 4)
+    body2 = text[:-1] + ', "a/0.0.0": ["dup", 1, 2], "a/0.0.0": ["dup2", 5, 6]}'
+    rs = _check(body2.encode())
+    assert rs["a/0.0.0"] == ("dup2", 5, 6)
+
+
+def test_slash_separator_and_v3_go_through_per_key_path():
+    _check(json.dumps(_doc(60, sep="/")).encode())
+
+
+def test_big_numbers():
+    d = _doc()
+    d["a/0.0.0"] = ["u", 2**62 + 11, 2**40]
+    d["a/0.0.1"] = ["u", 10**15 + 1, 0]
+    rs = _check(json.dumps(d).encode(), fast_expected=False)
+    assert rs["a/0.0.0"] == ("u", 2**62 + 11, 2**40)
+    d["a/0.0.0"] = ["u", 1234567890123456, 1]
+    _check(json.dumps(d).encode())
+
+
+@pytest.mark.parametrize("bad,message", [
+    ('"a/0.0.0": ["u", -5, 10]', 'refs["a/0.0.0"][1]: offset must be a non-negative integer, got -5'),
+    ('"a/0.0.0": ["u", 5, 1.5]', 'refs["a/0.0.0"][2]: length must be a non-negative integer, got 1.5'),
+    ('"a/0.0.0": ["u", 5, 1e3]', 'refs["a/0.0.0"][2]: length must be a non-negative integer'),
+    ('"a/0.0.0": ["u", 5]', 'refs["a/0.0.0"]: a reference list must have 1 item'),
+    ('"a/0.0.0": ["u", 5, 6, 7]', 'refs["a/0.0.0"]: a reference list must have 1 item'),
+    ('"a/0.0.0": [5, 5, 6]', 'refs["a/0.0.0"][0]: url must be a string'),
+    ('"a/0.0.0": "base64:%%"', 'refs["a/0.0.0"]: bad base64 data'),
+    ('"a/0.0.0": null', 'refs["a/0.0.0"]: value must be a string'),
+])
+def test_bad_values_are_reported_precisely(bad: str, message: str):
+    text = json.dumps(_doc())[:-1] + ", " + bad + "}"
+    with pytest.raises(InvalidReferences) as e:
+        refset.load(text.encode())
+    assert any(p.startswith(message) for p in e.value.problems), e.value.problems
+
+
+@pytest.mark.parametrize("tail", ["}}", "} x", ",}", ""])
+def test_malformed_json_is_refused(tail: str):
+    text = json.dumps(_doc())[:-1] + tail
+    with pytest.raises(InvalidReferences, match="invalid JSON"):
+        refset.load(text.encode())
+
+
+def test_v1_envelope_with_templates_and_gen():
+    d = _doc()
+    refs = {k: (["{{b}}" + v[0][len("s3://bucket"):], *v[1:]] if isinstance(v, list) else v)
+            for k, v in d.items()}
+    doc = {"version": 1, "templates": {"b": "s3://bucket"},
+           "gen": [{"key": "gen/{{i}}", "url": "{{b}}/g", "offset": "{{i * 10}}", "length": "10",
+                    "dimensions": {"i": {"stop": 3}}}],
+           "refs": refs}
+    rs = _check(json.dumps(doc).encode())
+    assert rs["gen/2"] == ("s3://bucket/g", 20, 10)
+    assert rs.to_dict() == {**d, "gen/0": ["s3://bucket/g", 0, 10], "gen/1": ["s3://bucket/g", 10, 10],
+                            "gen/2": ["s3://bucket/g", 20, 10]}
+
+
+def test_envelope_with_refs_not_last_and_unknown_version():
+    d = _doc()
+    text = json.dumps({"refs": d, "version": 1}).encode()
+    _check(text, fast_expected=False)
+    with pytest.raises(InvalidReferences, match="unknown version 3"):
+        refset.load(json.dumps({"version": 3, "refs": d}).encode())
+
+
+def test_synthetic_benchmark_shape(shared_bench, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "refs.json"
+    subprocess.run([sys.executable, str(shared_bench / "synth_refs.py"), str(out), "--files", "30"],
+                   check=True, capture_output=True)
+    rs = _check(out.read_bytes())
+    assert len(rs.urls) == 30 and set(rs.grids) == {"lst", "lst_uncertainty", "n", "qual"}
