@@ -27,16 +27,18 @@ def rss_mb():
                 return int(line.split()[1]) / 1024
     return 0.0
 
-base = rss_mb()
+if side == "fsspec":
+    import fsspec, fsspec.implementations.reference, json
+else:
+    import refset, refset.formats._fastjson, msgspec
+base = rss_mb()  # after importing the library: what follows is the reference set's own memory
 t0 = time.perf_counter()
 if side == "fsspec":
-    import fsspec
     fs = fsspec.filesystem("reference", fo=path)
     refs = fs.references
     lookup = refs.__getitem__
     keys = [k for k in refs if not k.endswith((".zarray", ".zattrs", ".zgroup"))]
 else:
-    import refset
     rs = refset.load(path)
     lookup = rs.__getitem__
     keys = None

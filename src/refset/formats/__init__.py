@@ -98,9 +98,25 @@ def load(
     from ._json import from_json_bytes
 
     raw = read_bytes(source, storage_options)
-    rs = from_json_bytes(decompress(raw, source), **options)
-    rs.stored.setdefault("compression", {b"\x1f\x8b": "gzip", b"\x28\xb5": "zstd"}.get(raw[:2]))
+    compression = {b"\x1f\x8b": "gzip", b"\x28\xb5": "zstd"}.get(raw[:2])
+    box = [decompress(raw, source)]
+    del raw  # the reader releases the text before it builds the tables
+    rs = from_json_bytes(box, **options)
+    rs.stored.setdefault("compression", compression)
+    _release_freed_memory()
     return rs
+
+
+def _release_freed_memory() -> None:
+    """Hand the parser's freed temporaries back to the OS (glibc keeps them in its heap)."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
 
 
 def _infer_format(dest: str) -> str:

@@ -228,7 +228,7 @@ def _quotes(data: bytes, a: np.ndarray) -> np.ndarray:
     return q
 
 
-BATCH = 1 << 18  # members parsed together: bounds the temporary memory
+BATCH = 1 << 15  # members parsed together: bounds the temporary memory
 
 
 class _Doc:
@@ -350,28 +350,55 @@ def _shape(doc: _Doc, m0: int, m1: int) -> tuple[np.ndarray, ...]:
 
 
 def fast_load(
-    data: bytes,
+    data: bytes | list[bytes],
     *,
     max_gen: int | None = None,
     template_overrides: Mapping[str, str] | None = None,
 ) -> ReferenceSet | None:
-    """A ReferenceSet from JSON text, or None when the document needs the generic parser."""
-    if len(data) < MIN_SIZE:
+    """A ReferenceSet from JSON text, or None when the document needs the generic parser.
+
+    ``data`` may be a one-item list holding the text: the reader then takes it out and lets it go
+    before building the tables (lower peak memory), and puts it back when it returns None.
+    """
+    box = data if isinstance(data, list) else [data]
+    if len(box[0]) < MIN_SIZE:
         return None
     try:
-        return _fast_load(data, max_gen=max_gen, template_overrides=template_overrides)
+        return _fast_load(box, max_gen=max_gen, template_overrides=template_overrides)
     except _Fallback:
         return None
 
 
 def _fast_load(
-    data: bytes, *, max_gen: int | None, template_overrides: Mapping[str, str] | None
+    box: list[bytes], *, max_gen: int | None, template_overrides: Mapping[str, str] | None
 ) -> ReferenceSet | None:
-    from ._json import collect
-    from ._json_v1 import DEFAULT_MAX_GEN
+    doc = _Doc(box.pop())
+    try:
+        b, head_doc = _read(doc, template_overrides)
+    except _Fallback:
+        box.append(doc.data)
+        raise
+    del doc  # the text: tables are built without it
+    if head_doc is not None:
+        from ._json import collect
+        from ._json_v1 import DEFAULT_MAX_GEN
+
+        problems: list[str] = []
+        collect(head_doc, problems, builder=b, refs_done=True, max_gen=max_gen or DEFAULT_MAX_GEN,
+                template_overrides=template_overrides)
+        if problems:
+            from ..errors import InvalidReferences
+
+            raise InvalidReferences(problems)
+    rs = b.build()
+    rs.stored.update(format="json", version=1 if head_doc is not None else 0)
+    return rs
+
+
+def _read(doc: _Doc, template_overrides: Mapping[str, str] | None) -> tuple[Builder, dict[str, Any] | None]:
     from ._templates import Templates
 
-    doc = _Doc(data)
+    data = doc.data
     if doc.nstr < 4:
         raise _Fallback
     head_doc, closers = _envelope(doc)
@@ -414,14 +441,7 @@ def _fast_load(
     router = KeyRouter(grids) if grids else None
     if router is not None and b.batches and _collides(b, router):
         raise _Fallback  # a chunk given both inline and as a range: let the generic path order them
-    if head_doc is not None:
-        collect(head_doc, problems, builder=b, refs_done=True, max_gen=max_gen or DEFAULT_MAX_GEN,
-                template_overrides=template_overrides)
-        if problems:
-            raise _Fallback
-    rs = b.build()
-    rs.stored.update(format="json", version=1 if head_doc is not None else 0)
-    return rs
+    return b, head_doc
 
 
 def _check_end(a: np.ndarray, rest: int, closers: int) -> None:

@@ -72,17 +72,19 @@ def from_document(
 
 
 def from_json_bytes(
-    data: bytes,
+    data: bytes | list[bytes],
     *,
     max_gen: int = DEFAULT_MAX_GEN,
     template_overrides: Mapping[str, str] | None = None,
 ) -> ReferenceSet:
+    """Parse JSON text (or a one-item list holding it, which the reader may empty to save memory)."""
     from ._fastjson import fast_load
 
     rs = fast_load(data, max_gen=max_gen, template_overrides=template_overrides)
     if rs is not None:
         return rs
-    return from_document(decode_json(data), max_gen=max_gen, template_overrides=template_overrides)
+    text = data[0] if isinstance(data, list) else data
+    return from_document(decode_json(text), max_gen=max_gen, template_overrides=template_overrides)
 
 
 def document_problems(data: bytes, *, max_gen: int = DEFAULT_MAX_GEN) -> list[str]:
