@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["ChunkGrid", "grid_from_metadata", "split_metadata_key", "METADATA_NAMES"]
+__all__ = ["ChunkGrid", "grid_from_metadata", "grid_from_document", "split_metadata_key", "METADATA_NAMES"]
 
 METADATA_NAMES = (".zarray", "zarr.json")
 
@@ -88,7 +88,7 @@ def _int_tuple(value: object) -> tuple[int, ...] | None:
 
 
 def grid_from_metadata(name: str, text: bytes) -> ChunkGrid | None:
-    """The chunk grid described by a ``.zarray`` or ``zarr.json`` document, or None.
+    """The chunk grid described by a ``.zarray`` or ``zarr.json`` document (JSON text), or None.
 
     None means "no chunk grid": the document is not an array, is malformed, or uses a grid refset
     does not index (irregular grids). Such arrays keep their keys in the generic table, losslessly.
@@ -97,6 +97,11 @@ def grid_from_metadata(name: str, text: bytes) -> ChunkGrid | None:
         meta = json.loads(text)
     except (ValueError, UnicodeDecodeError):
         return None
+    return grid_from_document(name, meta)
+
+
+def grid_from_document(name: str, meta: object) -> ChunkGrid | None:
+    """:func:`grid_from_metadata` for an already parsed document."""
     if not isinstance(meta, dict):
         return None
     if name == ".zarray":

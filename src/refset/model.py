@@ -14,7 +14,6 @@ from typing import Union
 
 import numpy as np
 
-from .errors import InvalidReferences
 from .keys import ChunkGrid, grid_from_metadata, split_metadata_key
 
 __all__ = [
@@ -36,7 +35,7 @@ __all__ = [
 # kind codes of the `kind` column
 ABSENT, RANGE, WHOLE, INLINE = 0, 1, 2, 3
 
-Ref = Union[bytes, tuple[str], tuple[str, int, int]]
+Ref = bytes | tuple[str] | tuple[str, int, int]
 
 # A grid is indexed densely only while it is not much larger than what it holds.
 DENSE_MIN_CHUNKS = 1 << 20
@@ -73,7 +72,7 @@ class ChunkTable:
     ``length`` (bytes), and ``inline``: a sparse ``{flat index: bytes}``. Immutable once built.
     """
 
-    __slots__ = ("grid", "kind", "path_id", "offset", "length", "inline")
+    __slots__ = ("grid", "inline", "kind", "length", "offset", "path_id")
 
     def __init__(
         self,
@@ -163,7 +162,7 @@ class KeyTable:
     """Keys outside any chunk grid: sorted keys with the same columns as a :class:`ChunkTable`
     (``data`` holds the inline bytes, None elsewhere)."""
 
-    __slots__ = ("keys", "kind", "path_id", "offset", "length", "data")
+    __slots__ = ("data", "keys", "kind", "length", "offset", "path_id")
 
     def __init__(
         self,
@@ -455,7 +454,7 @@ def _v0_value(ref: Ref) -> str | list[object]:
     return list(ref)
 
 
-Row = tuple[int, int, int, int, Union[bytes, None]]
+Row = tuple[int, int, int, int, bytes | None]
 
 
 class Builder:

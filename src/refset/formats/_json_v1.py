@@ -110,7 +110,7 @@ def _check_gen(
         have, miss = ("offset", "length") if "offset" in g else ("length", "offset")
         problems.append(f"{at}: {json.dumps(have)} given without {json.dumps(miss)}")
     for f in ("offset", "length"):
-        if f in g and not isinstance(g[f], (str, int)) or isinstance(g.get(f), bool):
+        if (f in g and not isinstance(g[f], (str, int))) or isinstance(g.get(f), bool):
             problems.append(f"{at}.{f}: must be a string or integer, got {type(g[f]).__name__}")
     for f in g:
         if f not in ("key", "url", "offset", "length", "dimensions"):

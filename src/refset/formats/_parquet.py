@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InvalidReferences, Unsupported
-from ..keys import ChunkGrid, grid_from_metadata, split_metadata_key
+from ..keys import ChunkGrid, grid_from_document, grid_from_metadata, split_metadata_key
 from ..model import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, ReferenceSet
 
 if TYPE_CHECKING:
@@ -182,9 +182,8 @@ class ParquetReferenceSet(ReferenceSet):
         for key, value in self._docs.items():
             meta = split_metadata_key(key)
             if meta is not None:
-                g = _grid_from_doc(meta[1], value)
-                if g is False:
-                    g = grid_from_metadata(meta[1], self._metadata(key))
+                g = (grid_from_document(meta[1], value) if isinstance(value, dict)
+                     else grid_from_metadata(meta[1], self._metadata(key)))
                 if g is not None:
                     grids[meta[0]] = g
         self._other: KeyTable | None = None
@@ -385,24 +384,6 @@ class ParquetReferenceSet(ReferenceSet):
                 stored += rec.nrows
                 found += 1
         return stored, found
-
-
-def _grid_from_doc(name: str, doc: object) -> ChunkGrid | bool | None:
-    """The grid of a parsed zarr v2 ``.zarray`` document without re-serialising it (the common case
-    at open); False when :func:`~refset.keys.grid_from_metadata` must decide."""
-    if name != ".zarray" or not isinstance(doc, dict):
-        return False
-    shape, chunks = doc.get("shape"), doc.get("chunks")
-    sep = doc.get("dimension_separator") or "."
-    if not (isinstance(shape, list) and isinstance(chunks, list) and len(shape) == len(chunks)
-            and sep in (".", "/")):
-        return None
-    for v in shape + chunks:
-        if type(v) is not int or v < 0:
-            return None
-    if 0 in chunks:
-        return None
-    return ChunkGrid(tuple(shape), tuple(chunks), sep, "", 2)
 
 
 def _strides(g: ChunkGrid) -> tuple[int, ...]:
