@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Union
 
 import numpy as np
 
