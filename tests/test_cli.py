@@ -1,0 +1,128 @@
+"""The refset command: every subcommand, --help everywhere, exit codes, and a light start-up."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import refset
+from refset.cli import main
+
+from .helpers import zarray
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "examples" / "sample.json"
+
+
+def _run(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "refset.cli", *args], capture_output=True, text=True,
+                          check=check)
+
+
+@pytest.mark.parametrize("cmd", [[], ["info"], ["validate"], ["ls"], ["convert"], ["cat"]])
+def test_help_everywhere(cmd: list[str]):
+    r = _run(*cmd, "--help")
+    assert r.returncode == 0 and "usage: refset" in r.stdout
+
+
+def test_usage_errors_exit_2():
+    assert _run().returncode == 2
+    assert _run("info").returncode == 2
+    assert _run("nosuch").returncode == 2
+    assert _run("convert", "a.json", "b", "--format", "xml").returncode == 2
+
+
+def test_info_on_sample(capsys):
+    assert main(["info", str(SAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "json (version 0)" in out
+    assert "t: shape 4x6x8, chunks 1x3x4, grid 4x2x2, 13/16 chunks present (81.2%)" in out
+    assert main(["info", str(SAMPLE), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    doc = json.loads(SAMPLE.read_text())
+    ranges = [v for v in doc.values() if isinstance(v, list)]
+    assert d["keys"] == len(doc) and d["range"] == len(ranges) and d["inline"] == len(doc) - len(ranges)
+    assert d["unique_urls"] == len({v[0] for v in ranges})
+    assert d["referenced_bytes"] == sum(v[2] for v in ranges)
+    assert d["size_on_disk"] == SAMPLE.stat().st_size
+    assert d["arrays"][0]["chunks_present"] == 13 and d["arrays"][0]["chunks_total"] == 16
+
+
+def test_info_reports_compression_and_v1(tmp_path: Path, capsys):
+    refset.save(refset.load(SAMPLE), tmp_path / "s.json.zst", format="json")
+    refset.save(refset.load(SAMPLE), tmp_path / "s.v1.json", format="v1")
+    assert main(["info", str(tmp_path / "s.json.zst")]) == 0
+    assert "json (version 0, zstd-compressed)" in capsys.readouterr().out
+    assert main(["info", str(tmp_path / "s.v1.json")]) == 0
+    assert "json (version 1)" in capsys.readouterr().out
+
+
+def test_ls_respects_path_boundaries(tmp_path: Path, capsys):
+    d = {"x/.zarray": zarray([2], [1]), "x/0": ["u", 0, 1], "xy/.zarray": zarray([2], [1]),
+         "xy/1": ["u", 2, 3], "other": "text"}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))
+    assert main(["ls", str(p), "x"]) == 0
+    assert capsys.readouterr().out.split() == ["x/.zarray", "x/0"]
+    assert main(["ls", str(p), "xy", "-l"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("xy/.zarray\tinline\t") and lines[1] == "xy/1\trange\tu\t2\t3"
+    assert main(["ls", str(p)]) == 0
+    assert sorted(capsys.readouterr().out.split()) == sorted(d)
+
+
+@pytest.mark.parametrize("fmt,name", [("json", "o.json"), ("v1", "o.json"), ("json", "o.json.gz"),
+                                      ("parquet", "o.parq"), ("packed", "o.packed")])
+def test_convert_round_trip(tmp_path: Path, fmt: str, name: str):
+    out = tmp_path / name
+    r = _run("convert", str(SAMPLE), str(out), "--format", fmt)
+    assert r.returncode == 0, r.stderr
+    got, want = refset.load(out).to_dict(), refset.load(SAMPLE).to_dict()
+    if fmt == "parquet":  # .zmetadata holds parsed JSON: metadata comes back re-serialised
+        got = {k: json.loads(v) if k.endswith((".zarray", ".zattrs", ".zgroup")) else v for k, v in got.items()}
+        want = {k: json.loads(v) if k.endswith((".zarray", ".zattrs", ".zgroup")) else v for k, v in want.items()}
+    assert got == want
+
+
+def test_invalid_input_exit_1(tmp_path: Path):
+    p = tmp_path / "bad.json"
+    p.write_text('{"a": ["u", -1, 2]}')
+    r = _run("info", str(p))
+    assert r.returncode == 1 and 'refs["a"][1]: offset must be a non-negative integer' in r.stderr
+    r = _run("info", str(tmp_path / "missing.json"))
+    assert r.returncode == 1 and "not found" in r.stderr
+    r = _run("convert", str(p), str(tmp_path / "out.json"))
+    assert r.returncode == 1 and not (tmp_path / "out.json").exists()
+
+
+def test_cat_inline_and_range(tmp_path: Path):
+    data = bytes(range(256)) * 4
+    (tmp_path / "blob.bin").write_bytes(data)
+    d = {"inline": "base64:AAEC", "r": [str(tmp_path / "blob.bin"), 100, 50]}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))
+    assert subprocess.run([sys.executable, "-m", "refset.cli", "cat", str(p), "inline"],
+                          capture_output=True, check=True).stdout == b"\x00\x01\x02"
+    out = subprocess.run([sys.executable, "-m", "refset.cli", "cat", str(p), "r", "--start", "10",
+                          "--end", "20"], capture_output=True, check=True).stdout
+    assert out == data[110:120]
+    r = _run("cat", str(p), "nokey")
+    assert r.returncode == 1
+
+
+HEAVY = ["xarray", "zarr", "h5py", "pyarrow", "jinja2", "dask", "pandas", "aiohttp", "netCDF4"]
+
+
+def test_import_and_help_are_light():
+    code = ("import sys, refset, refset.cli; refset.cli.build_parser().format_help(); "
+            f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    code = ("import sys, refset; refset.load({'a': ['u', 1, 2]}); "
+            f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
