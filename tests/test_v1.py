@@ -134,6 +134,19 @@ def test_gen_into_chunk_grid_is_columnar():
     assert np.array_equal(t.offset.reshape(1000, 1000)[7], np.arange(1000) * 100 + 8)
 
 
+def test_gen_keys_in_other_spellings_are_routed_to_their_grid():
+    d = {"version": 1, "refs": {"v/.zarray": zarray([4, 2], [1, 1]), "v/0.0": "inline"},
+         "gen": [{"key": "v/{{i}}.0", "url": "s3://b/{{i}}", "offset": "{{i}}", "length": "5",
+                  "dimensions": {"i": {"stop": 4}}},
+                 {"key": "x{{i}}", "url": "s3://c", "dimensions": {"i": [2, 1, 2]}}]}
+    rs = refset.load(d)
+    t = rs.table("v")
+    assert t.kind.tolist() == [1, 0, 1, 0, 1, 0, 1, 0]  # gen replaced the inline chunk
+    assert rs["v/3.0"] == ("s3://b/3", 3, 5)
+    assert rs.other.keys.tolist() == ["v/.zarray", "x1", "x2"]
+    assert rs["x2"] == ("s3://c",)
+
+
 def test_gen_overrides_refs_like_fsspec():
     d = {"version": 1, "refs": {"k0": "data"}, "gen": [{"key": "k{{i}}", "url": "u", "dimensions": {"i": [0]}}]}
     assert refset.load(d)["k0"] == ("u",)

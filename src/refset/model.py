@@ -195,6 +195,26 @@ class KeyTable:
             kind[i], pid[i], off[i], ln[i], data[i] = items[k]
         return cls(keys, kind, pid, off, ln, data)
 
+    @classmethod
+    def merged(cls, first: KeyTable, batches: Sequence[tuple[np.ndarray, ...]]) -> KeyTable:
+        """``first`` plus batches of (string keys, kind, path_id, offset, length); a key in a later
+        batch replaces the same key earlier (and in ``first``)."""
+        from numpy.dtypes import StringDType
+
+        keys = np.concatenate([first.keys.astype(StringDType())]
+                              + [np.asarray(b[0]).astype(StringDType()) for b in batches])
+        cols = [np.concatenate([getattr(first, name).astype(np.uint64)]
+                               + [np.asarray(b[j + 1]).astype(np.uint64) for b in batches])
+                for j, name in enumerate(("kind", "path_id", "offset", "length"))]
+        data = np.concatenate([first.data, np.full(len(keys) - len(first), None, object)])
+        order = np.argsort(keys, kind="stable")
+        sk = np.empty(len(keys), object)
+        sk[:] = keys[order].tolist()
+        last = np.ones(len(sk), bool)
+        last[:-1] = sk[1:] != sk[:-1]  # equal keys keep input order: the last one wins
+        order = order[last]
+        return cls(sk[last], *(c[order] for c in cols), data[order])
+
     def __len__(self) -> int:
         return len(self.keys)
 
@@ -472,6 +492,7 @@ class Builder:
                                  dict[int, bytes]]] = []
         self.extra_grids: dict[str, ChunkGrid] = dict(grids or {})
         self.url_ids: dict[str, int] = {}
+        self.key_batches: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
     def add(self, key: str, ref: Ref) -> None:
         self.items[key] = ref
@@ -508,6 +529,49 @@ class Builder:
             dict(inline or {}),
         ))
 
+    def add_keys(
+        self,
+        keys: np.ndarray,
+        kind: np.ndarray,
+        path_id: np.ndarray,
+        offset: np.ndarray,
+        length: np.ndarray,
+        urls: Sequence[str] | None = None,
+    ) -> None:
+        """Range or whole-file references of many keys at once (``keys``: a numpy string array).
+
+        Keys that turn out to be chunk keys of a grid are routed to its table; the others go to the
+        generic table without a Python object per key until it is built.
+        """
+        if urls is not None:
+            remap = np.array([self.url_ids.setdefault(u, len(self.url_ids)) for u in urls] or [0],
+                             np.int64)
+            path_id = remap[np.asarray(path_id, np.int64)]
+        self.key_batches.append((keys, np.asarray(kind, np.uint8), np.asarray(path_id, np.int64),
+                                 np.asarray(offset, np.uint64), np.asarray(length, np.uint64)))
+
+    def _route_key_batches(self, router: KeyRouter) -> list[tuple[np.ndarray, ...]]:
+        """Move chunk keys of key batches into single items; the rest stays columnar."""
+        out = []
+        urls = list(self.url_ids)
+        for keys, kind, pid, off, ln in self.key_batches:
+            maybe = np.zeros(len(keys), bool)
+            for path in router.grids:
+                maybe |= np.strings.startswith(keys, path + "/") if path else True
+            for i in np.flatnonzero(maybe).tolist():
+                hit = router.locate(str(keys[i]))
+                if hit is not None:
+                    ref: Ref = ((urls[pid[i]], int(off[i]), int(ln[i])) if kind[i] == RANGE
+                                else (urls[pid[i]],))
+                    self.items.pop(str(keys[i]), None)
+                    self.items[str(keys[i])] = ref
+                    maybe[i] = True
+                else:
+                    maybe[i] = False
+            keep = ~maybe
+            out.append((keys[keep], kind[keep], pid[keep], off[keep], ln[keep]))
+        return out
+
     def grids(self) -> dict[str, ChunkGrid]:
         """Chunk grids described by the metadata added so far."""
         grids = dict(self.extra_grids)
@@ -534,6 +598,7 @@ class Builder:
         router = KeyRouter(grids)
         routed: dict[str, list[tuple[int, Row]]] = {p: [] for p in grids}
         generic: dict[str, Row] = {}
+        key_batches = self._route_key_batches(router) if grids else self.key_batches
         for k, v in self.items.items():
             hit = router.locate(k) if grids else None
             if hit is None:
@@ -573,4 +638,7 @@ class Builder:
                         for j in range(5)]
             del chunks
             arrays[path] = ChunkTable.from_entries(g, *cols, inline=inlines[path])
-        return ReferenceSet(list(url_ids), arrays, KeyTable.from_items(generic))
+        other = KeyTable.from_items(generic)
+        if key_batches:
+            other = KeyTable.merged(other, key_batches)
+        return ReferenceSet(list(url_ids), arrays, other)

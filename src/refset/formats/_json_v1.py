@@ -153,21 +153,63 @@ def _check_gen(
     return out, total
 
 
-def _product(dims: Mapping[str, np.ndarray | range], total: int) -> dict[str, np.ndarray]:
-    """Cartesian product in the spec's order: the first dimension varies slowest."""
+def _positions(dims: Mapping[str, np.ndarray | range], total: int) -> dict[str, np.ndarray]:
+    """Index into each dimension of every item of the cartesian product, in the spec's order
+    (the first dimension varies slowest)."""
     out: dict[str, np.ndarray] = {}
     stride = total
     idx = np.arange(total, dtype=np.int64)
     for name, vals in dims.items():
         n = len(vals)
         stride //= max(n, 1)
-        arr = (
-            np.arange(vals.start, vals.stop, vals.step, dtype=np.int64)
-            if isinstance(vals, range)
-            else np.asarray(vals, np.int64)
-        )
-        out[name] = arr[(idx // max(stride, 1)) % n] if total else arr[:0]
+        out[name] = (idx // max(stride, 1)) % n if total else idx[:0]
     return out
+
+
+def _values(vals: np.ndarray | range) -> np.ndarray:
+    if isinstance(vals, range):
+        return np.arange(vals.start, vals.stop, vals.step, dtype=np.int64)
+    return np.asarray(vals, np.int64)
+
+
+def _product(dims: Mapping[str, np.ndarray | range], total: int) -> dict[str, np.ndarray]:
+    """Cartesian product in the spec's order: the first dimension varies slowest."""
+    pos = _positions(dims, total)
+    return {name: _values(vals)[pos[name]] for name, vals in dims.items()}
+
+
+def _url_ids(
+    url: str, dims: Mapping[str, np.ndarray | range], pos: Mapping[str, np.ndarray], total: int,
+    templates: Templates,
+) -> tuple[list[str], np.ndarray]:
+    """(unique URLs, id per item), rendering the URL once per combination of the dimensions it uses."""
+    from jinja2 import meta
+
+    from ._templates import _env
+
+    used = [d for d in dims if d in meta.find_undeclared_variables(_env().parse(url))]
+    sub = {d: dims[d] for d in used}
+    n_sub = 1
+    for v in sub.values():
+        n_sub *= len(v)
+    parts = compile_expr(url, _product(sub, n_sub), templates.plain)
+    arrays = [np.broadcast_to(p, (n_sub,)) for p in parts if not isinstance(p, str)]
+    if not arrays:
+        return ["".join(parts)], np.zeros(total, np.int64)  # type: ignore[arg-type]
+    # distinct values of the integer parts first: strings are built once per distinct URL
+    if len(arrays) == 1:
+        u1, ids = np.unique(arrays[0], return_inverse=True)
+        uniq = u1[:, None]
+    else:
+        uniq, ids = np.unique(np.stack(arrays, axis=1), axis=0, return_inverse=True)
+    ids = ids.reshape(-1)
+    it = iter(range(uniq.shape[1]))
+    parts = [p if isinstance(p, str) else uniq[:, next(it)] for p in parts]
+    u = _strings(parts, uniq.shape[0])
+    reduced = np.zeros(total, np.int64)
+    for d in used:
+        reduced = reduced * len(dims[d]) + pos[d]
+    return u.tolist(), ids[reduced]
 
 
 def _int_column(parts: list[Part], total: int) -> np.ndarray:
@@ -234,10 +276,11 @@ def _expand(
     if total == 0:
         return
     has_range = "offset" in g
-    values = _product(dims, total)
+    pos = _positions(dims, total)
+    values = {name: _values(vals)[pos[name]] for name, vals in dims.items()}
     try:
         key_p = compile_expr(g["key"], values, templates.plain)
-        url_p = compile_expr(g["url"], values, templates.plain)
+        urls, pid = _url_ids(g["url"], dims, pos, total, templates)
         if has_range:
             off = _int_column(compile_expr(str(g["offset"]), values, templates.plain), total)
             ln = _int_column(compile_expr(str(g["length"]), values, templates.plain), total)
@@ -258,20 +301,12 @@ def _expand(
                 return
     else:
         off = ln = np.zeros(total, np.int64)
-    if all(isinstance(p, str) for p in url_p):
-        urls = ["".join(url_p)]  # type: ignore[arg-type]
-        pid = np.zeros(total, np.int64)
-    else:
-        u, pid = np.unique(_strings(url_p, total), return_inverse=True)
-        urls = u.tolist()
     kind = np.full(total, RANGE if has_range else WHOLE, np.uint8)
     target = _chunk_target(key_p, grids, total)
     if target is not None:
         builder.add_chunks(target[0], target[1], kind, pid, off, ln, urls=urls)
         return
-    keys = _strings(key_p, total).tolist()
-    for k, p, o, n in zip(keys, pid.tolist(), off.tolist(), ln.tolist()):
-        builder.add(k, (urls[p], o, n) if has_range else (urls[p],))
+    builder.add_keys(_strings(key_p, total), kind, pid, off, ln, urls=urls)
 
 
 def _expand_slowly(
