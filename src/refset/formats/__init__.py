@@ -44,10 +44,10 @@ def _is_dir(source: str, storage_options: Mapping[str, Any] | None) -> bool:
 
 def detect_format(source: str, storage_options: Mapping[str, Any] | None = None) -> str:
     """``"json"``, ``"parquet"`` or ``"packed"``, from the content at ``source`` (not its name)."""
-    from ._packed import MAGIC as PACKED_MAGIC
-
     if _is_dir(source, storage_options):
         return "parquet"
+    from ._packed import MAGIC as PACKED_MAGIC
+
     head = _head(source, storage_options)
     if head.startswith(PACKED_MAGIC):
         return "packed"
@@ -69,7 +69,7 @@ def load(
     """
     if isinstance(source, ReferenceSet):
         return source
-    if isinstance(source, Mapping):
+    if not isinstance(source, (str, os.PathLike)) and isinstance(source, Mapping):
         from ._json import from_document
 
         return from_document(source, **options)
@@ -82,10 +82,7 @@ def load(
             f"source: expected a dict, a ReferenceSet or a path/URL, got {type(source).__name__}"
         )
     source = os.fspath(source)
-    try:
-        fmt = detect_format(source, storage_options)
-    except FileNotFoundError:
-        raise
+    fmt = detect_format(source, storage_options)
     if fmt == "parquet":
         from ._parquet import read_parquet
 
