@@ -257,16 +257,34 @@ class KeyRouter:
     def locate(self, key: str) -> tuple[str, int] | None:
         """(array path, flat C-order chunk index) of a chunk key, else None."""
         for d in self._depths:
-            parts = key.rsplit("/", d)
-            if len(parts) == d + 1:
-                head = parts[0]
-                suffix = parts[1] if d == 1 else "/".join(parts[1:])
-            elif len(parts) == d:
-                head, suffix = "", key
+            if d == 1:
+                head, _, suffix = key.rpartition("/")
             else:
-                continue
+                parts = key.rsplit("/", d)
+                if len(parts) == d + 1:
+                    head, suffix = parts[0], "/".join(parts[1:])
+                elif len(parts) == d:
+                    head, suffix = "", key
+                else:
+                    continue
             g = self.grids.get(head)
             if g is None or self._depth_of[head] != d:
+                continue
+            if g.separator == "." and not g.prefix and g.shape:
+                # the common spelling, inlined: canonical decimals inside the grid
+                parts = suffix.split(".")
+                if len(parts) != len(g.grid_shape):
+                    continue
+                flat = 0
+                for p, n in zip(parts, g.grid_shape):
+                    if not (p.isdigit() and p.isascii()) or (p[0] == "0" and len(p) > 1):
+                        break
+                    i = int(p)
+                    if i >= n:
+                        break
+                    flat = flat * n + i
+                else:
+                    return head, flat
                 continue
             idx = g.parse(suffix)
             if idx is not None:
@@ -352,11 +370,15 @@ class ReferenceSet(Mapping[str, Ref]):
 
     def _chunk_ref(self, path: str, flat: int, key: str) -> Ref:
         """The reference of chunk ``flat`` of ``path``; KeyError when absent."""
-        t = self.table(path)
-        return self._resolve(
-            int(t.kind[flat]), int(t.path_id[flat]), int(t.offset[flat]), int(t.length[flat]),
-            t.inline.get(flat), key,
-        )
+        t = self._tables.get(path) or self.table(path)
+        kind = t.kind.item(flat)
+        if kind == RANGE:
+            return (self.urls[t.path_id.item(flat)], t.offset.item(flat), t.length.item(flat))
+        if kind == WHOLE:
+            return (self.urls[t.path_id.item(flat)],)
+        if kind == INLINE:
+            return t.inline[flat]
+        raise KeyError(key)
 
     def __getitem__(self, key: str) -> Ref:
         if not isinstance(key, str):
