@@ -237,23 +237,6 @@ class KeyRouter:
             self._depth_of[path] = d
             self._depths[d] = None
 
-    def route(self, key: str) -> tuple[str, tuple[int, ...]] | None:
-        for d in self._depths:
-            parts = key.rsplit("/", d)
-            if len(parts) == d + 1:
-                head, suffix = parts[0], "/".join(parts[1:])
-            elif len(parts) == d:
-                head, suffix = "", key
-            else:
-                continue
-            g = self.grids.get(head)
-            if g is None or self._depth_of[head] != d:
-                continue
-            idx = g.parse(suffix)
-            if idx is not None:
-                return head, idx
-        return None
-
     def locate(self, key: str) -> tuple[str, int] | None:
         """(array path, flat C-order chunk index) of a chunk key, else None."""
         for d in self._depths:

@@ -578,12 +578,9 @@ def _collides(b: Builder, router: KeyRouter) -> bool:
     """Whether a single key names a chunk that a columnar batch also holds."""
     routed: dict[str, list[int]] = {}
     for key in b.items:
-        hit = router.route(key)
+        hit = router.locate(key)
         if hit is not None:
-            g = router.grids[hit[0]]
-            routed.setdefault(hit[0], []).append(
-                int(np.ravel_multi_index(hit[1], g.grid_shape)) if g.shape else 0
-            )
+            routed.setdefault(hit[0], []).append(hit[1])
     for path, flat, *_ in b.batches:
         if path in routed and np.isin(flat, routed[path]).any():
             return True

@@ -253,14 +253,6 @@ class ParquetReferenceSet(ReferenceSet):
         return rec
 
     # -- lookup -------------------------------------------------------------------------------------
-    def locate(self, key: str) -> tuple[str, int] | None:
-        # docstring inherited
-        hit = self.router.route(key) if self.grids else None
-        if hit is None:
-            return None
-        path, idx = hit
-        return path, sum(i * s for i, s in zip(idx, self._strides[path], strict=True))
-
     def _chunk_ref(self, path: str, flat: int, key: str) -> Ref:
         # docstring inherited
         t = self._tables.get(path)

@@ -194,14 +194,12 @@ def _collect(rs: ReferenceSet) -> tuple[dict[str, object], list[_Array]]:
     routed: dict[str, list[tuple[int, int, int, int, int, bytes | None]]] = {}
     bad = []
     for key, kind, pid, off, ln, data in rest:
-        hit = router.route(key) if sparse_grids and not _is_v2_metadata(key) else None
+        hit = router.locate(key) if sparse_grids and not _is_v2_metadata(key) else None
         if hit is None:
             if key.rpartition("/")[2] != "zarr.json":
                 bad.append(key)
             continue
-        g = sparse_grids[hit[0]]
-        flat = int(np.ravel_multi_index(hit[1], g.grid_shape)) if g.shape else 0
-        routed.setdefault(hit[0], []).append((flat, kind, pid, off, ln, data))
+        routed.setdefault(hit[0], []).append((hit[1], kind, pid, off, ln, data))
     if bad:
         problems.append(
             f"{len(bad)} key(s) outside any zarr v2 chunk grid and not JSON zarr metadata "
