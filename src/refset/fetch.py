@@ -193,7 +193,7 @@ class Targets:
         }
         self._fss: dict[str | None, Any] = {}
         self._opts: dict[str | None, dict[str, Any]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # _create may call get() for the remote protocol
         self._default: Any = None
         if isinstance(fs, Mapping):
             for k, v in fs.items():

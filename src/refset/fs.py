@@ -521,7 +521,7 @@ class ReferenceFileSystem(AsyncFileSystem):
             return [info] if detail else [key]
         files, dirs = got
         if not detail:
-            return sorted([f[0] for f in files] + dirs)
+            return sorted({f[0] for f in files}.union(dirs))
         out = [_entry(*f) for f in files]
         out.extend({"name": d, "type": "directory", "size": 0} for d in dirs)
         out.sort(key=lambda e: e["name"])
