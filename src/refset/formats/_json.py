@@ -89,6 +89,13 @@ def from_json_bytes(
 
 def document_problems(data: bytes, *, max_gen: int = DEFAULT_MAX_GEN) -> list[str]:
     """Every problem of a JSON reference document, one line each (empty when valid)."""
+    from ._fastjson import fast_load
+
+    try:
+        if fast_load(data, max_gen=max_gen) is not None:
+            return []  # the vectorised reader accepts only valid documents
+    except InvalidReferences as e:
+        return e.problems
     try:
         doc = decode_json(data)
     except InvalidReferences as e:
