@@ -173,8 +173,13 @@ def v1_document(rs: ReferenceSet) -> dict[str, Any]:
                 "dimensions": {"i": {"start": s, "stop": e}},
             })
     doc: dict[str, Any] = {"version": 1}
-    if names:
-        doc["templates"] = {names[i]: urls[i] for i in sorted(names, key=lambda i: names[i])}
+    templates = {names[i]: urls[i] for i in sorted(names, key=lambda i: names[i])}
+    if not templates and any(_escape(u) != u for u in urls):
+        # fsspec renders URLs only when a set has templates: give it one so that the
+        # {% raw %} blocks of URLs containing "{{" are rendered (docs/compat.md)
+        templates["_"] = ""
+    if templates:
+        doc["templates"] = templates
     if gens:
         doc["gen"] = gens
     doc["refs"] = refs
