@@ -210,19 +210,19 @@ def _quotes(data: bytes, a: np.ndarray) -> np.ndarray:
     q = np.concatenate(parts) if parts else np.zeros(0, dt)
     if q.size and q[0] == 0:
         raise _Fallback
-    esc = q[a[q - 1] == 92] if q.size else q
-    if esc.size:
+    cand = np.flatnonzero(a[q - 1] == 92) if q.size else q
+    if cand.size:
         # a quote is escaped when an odd number of backslashes precede it
-        count = np.ones(esc.size, np.int64)
-        cur = esc.astype(np.int64) - 1
-        live = np.arange(esc.size)
+        count = np.ones(cand.size, np.int64)
+        cur = q[cand].astype(np.int64) - 1
+        live = np.arange(cand.size)
         while live.size:
             prev = cur[live] - 1
             more = (prev >= 0) & (a[np.maximum(prev, 0)] == 92)
             live = live[more]
             cur[live] -= 1
             count[live] += 1
-        q = np.setdiff1d(q, esc[count % 2 == 1], assume_unique=True)
+        q = np.delete(q, cand[count % 2 == 1])
     if q.size % 2:
         raise _Fallback
     return q
