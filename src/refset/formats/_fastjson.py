@@ -417,15 +417,16 @@ def _read(doc: _Doc, template_overrides: Mapping[str, str] | None) -> tuple[Buil
     b = Builder()
     problems: list[str] = []
     batches = [(m, min(m + BATCH, doc.members)) for m in range(0, doc.members, BATCH)]
-    # pass 1: string values (metadata, inline data) go through the per-key path; grids need them
+    # pass 1: string values (metadata, inline data) go through the per-key path; grids need them.
+    # A value is a string when the text before its opening quote is ':' (ws allowed), not '['.
     a = doc.a
-    for m0, m1 in batches:
-        ks, ke, vs, ve = doc.spans(m0, m1)
-        p = _skip_ws(a, ke + 1, 1)
-        p = _skip_ws(a, p + 1, 1)
-        for i in np.flatnonzero(a[p] == 34).tolist():
-            key = doc.text(int(ks[i]), int(ke[i]))
-            b.add(key, _inline(data, int(vs[i]), int(ve[i]), key, problems))
+    value_open = doc.q[2 * np.arange(doc.first + 1, doc.nstr, 2, dtype=np.int64)].astype(np.int64)
+    before = _skip_ws(a, value_open - 1, -1)
+    for m in np.flatnonzero(a[before] == 58).tolist():
+        ks, ke, vs, ve = (int(x[0]) for x in doc.spans(m, m + 1))
+        key = doc.text(ks, ke)
+        b.add(key, _inline(data, vs, ve, key, problems))
+    del value_open, before
     if problems:
         raise _Fallback
     grids = b.grids()
