@@ -23,13 +23,15 @@ from zarr.abc.store import (
 )
 
 from .fetch import DEFAULT_MAX_INFLIGHT
-from .fs import ReferenceFileSystem, clamp
+from .fs import ReferenceFileSystem, chunk_key_array, clamp
+from .model import INLINE, RANGE, WHOLE
 
 if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, BufferPrototype
 
 __all__ = ["ZarrStore"]
 
+PREFETCH_BUDGET = 1 << 30  # bytes of compressed chunks one prefetch may hold
 _SETTLE_TICKS = 3  # event-loop iterations a batch may wait for more requests to join
 
 
@@ -149,6 +151,7 @@ class ZarrStore(Store):
             )
         self.refs = self.fs.refs
         self._batches: dict[int, _Batch] = {}
+        self._prefetched: dict[str, bytes | BaseException] = {}
 
     # -- identity -------------------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -166,6 +169,7 @@ class ZarrStore(Store):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_batches"] = {}
+        state["_prefetched"] = {}
         return state
 
     def with_read_only(self, read_only: bool = False) -> ZarrStore:
@@ -187,7 +191,68 @@ class ZarrStore(Store):
             b = self._batches[id(loop)] = _Batch(self.fs)
         return b
 
+    async def prefetch(self, path: str, flat: np.ndarray, *, budget: int = PREFETCH_BUDGET) -> list[str]:
+        """Fetch chunks ``flat`` (flat indices, C order) of array ``path`` in one coalesced plan and
+        keep them until a ``get`` takes them (or :meth:`release`). Returns the keys kept; nothing is
+        fetched when ``path`` has no chunk table or the chunks total more than ``budget`` bytes."""
+        if path not in self.refs.grids:
+            return []
+        t = self.refs.table(path)
+        flat = np.asarray(flat, np.int64)
+        flat = flat[t.kind[flat] == RANGE]
+        if len(flat) < 2:
+            return []
+        off = t.offset[flat].astype(np.int64)
+        end = off + t.length[flat].astype(np.int64)
+        if int((end - off).sum()) > budget:
+            return []
+        keys = chunk_key_array(path, t.grid, flat).tolist()
+        got = await self.fs.reader.read(self.refs.urls, t.path_id[flat].astype(np.int64), off, end)
+        pf = self._prefetched
+        for k, d in zip(keys, got, strict=True):
+            pf[k] = d
+        return keys
+
+    async def read_chunks(self, path: str, flat: np.ndarray) -> list[bytes | None]:
+        """Stored bytes of chunks ``flat`` of array ``path`` (None where absent), ranges fetched in
+        one coalesced plan. Raises ReferenceNotReachable naming the first chunk that failed."""
+        t = self.refs.table(path)
+        flat = np.asarray(flat, np.int64)
+        kind = t.kind[flat]
+        out: list[bytes | None] = [None] * len(flat)
+        rows = np.flatnonzero(kind == RANGE)
+        if len(rows):
+            f = flat[rows]
+            off = t.offset[f].astype(np.int64)
+            got = await self.fs.reader.read(self.refs.urls, t.path_id[f].astype(np.int64), off,
+                                            off + t.length[f].astype(np.int64))
+            for i, d in zip(rows.tolist(), got, strict=True):
+                if isinstance(d, BaseException):
+                    key = chunk_key_array(path, t.grid, flat[i:i + 1]).tolist()[0]
+                    raise self.fs._unreachable(key, self.refs.urls[int(t.path_id[flat[i]])], d) from d
+                out[i] = d
+        for i in np.flatnonzero(kind == INLINE).tolist():
+            out[i] = t.inline[int(flat[i])]
+        for i in np.flatnonzero(kind == WHOLE).tolist():
+            key = chunk_key_array(path, t.grid, flat[i:i + 1]).tolist()[0]
+            out[i] = await self.fs._cat_file(key)
+        return out
+
+    def release(self, keys: Iterable[str]) -> None:
+        """Drop prefetched chunks that no ``get`` took."""
+        pf = self._prefetched
+        for k in keys:
+            pf.pop(k, None)
+
     async def _read(self, key: str, byte_range: ByteRequest | None) -> bytes | None:
+        if self._prefetched and byte_range is None:
+            hit = self._prefetched.pop(key, None)
+            if hit is not None:
+                if isinstance(hit, BaseException):
+                    ref = self.fs.index.ref(key)
+                    url = ref[0] if isinstance(ref, tuple) else "?"
+                    raise self.fs._unreachable(key, url, hit) from hit
+                return hit
         ref = self.fs.index.ref(key)
         if ref is None:
             return None
