@@ -11,15 +11,27 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 CHILD = {
     "refset": """
 import xarray as xr
 ds = xr.open_dataset(PATH, engine="refset")
+print(len(ds.data_vars), dict(ds.sizes))
+""",
+    "refset-packed": """
+import xarray as xr
+ds = xr.open_dataset(PATH + ".packed", engine="refset")
+print(len(ds.data_vars), dict(ds.sizes))
+""",
+    "refset-parquet": """
+import xarray as xr
+ds = xr.open_dataset(PATH + ".parq", engine="refset")
 print(len(ds.data_vars), dict(ds.sizes))
 """,
     "fsspec": """
@@ -53,12 +65,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("refs", nargs="?", default="/work/bench-data/refs.json")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--peers", default="refset,fsspec,refset-packed,refset-parquet",
+                    help="refset-packed/-parquet open a conversion of the same set (made first, in a "
+                         "temporary directory)")
     a = ap.parse_args()
-    res: dict[str, list[tuple[float, float]]] = {p: [] for p in CHILD}
+    peers = a.peers.split(",")
+    tmp = tempfile.mkdtemp(prefix="refset-bench-")
+    base = os.path.join(tmp, "refs")
+    if any(p.startswith("refset-") for p in peers):
+        subprocess.run([sys.executable, "-c", f"""
+import refset
+rs = refset.load({a.refs!r})
+refset.save(rs, {base + '.packed'!r}); refset.save(rs, {base + '.parq'!r})
+"""], check=True)
+    res: dict[str, list[tuple[float, float]]] = {p: [] for p in peers}
     outs: dict[str, str] = {}
     for _ in range(a.repeat):
-        for peer in CHILD:
-            w, m, out = run(peer, a.refs)
+        for peer in peers:
+            w, m, out = run(peer, base if peer.startswith("refset-") else a.refs)
             res[peer].append((w, m))
             outs[peer] = out
     size = os.path.getsize(a.refs)
@@ -73,6 +97,11 @@ def main() -> None:
     (wr, mr), (wf, mf) = med["refset"], med["fsspec"]
     print(f"refset is {wf / wr:.1f}x faster and uses {mr / mf:.2f}x the peak memory of fsspec+zarr "
           f"(targets: >= 5x faster, <= 0.5x memory)")
+    for peer in peers:
+        if peer.startswith("refset-"):
+            w, m = med[peer]
+            print(f"{peer} (same references, converted): {wf / w:.1f}x faster, {m / mf:.2f}x the memory")
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -220,7 +220,13 @@ def _fast_read(arr: Any, key: tuple[Any, ...], store: Any, sync: Any) -> Any:
             a = ensure_ndarray_like(x).view(dtype).reshape(chunks, order=order)
             box[dst] = a[tuple(slice(0, d.stop - d.start) for d in dst)]
 
-        list(_pool().map(place, range(len(data))))
+        def place_many(js: range) -> None:
+            for j in js:
+                place(j)
+
+        n, parts = len(data), 4 * max(2, os.cpu_count() or 2)
+        step = max(1, -(-n // parts))
+        list(_pool().map(place_many, [range(i, min(i + step, n)) for i in range(0, n, step)]))
     rel = []
     for k, s, n in zip(sel, box_start, shape, strict=True):
         if isinstance(k, slice):
