@@ -259,3 +259,20 @@ def test_shared_corpus_reference_sets(corpus: Path):
                 else:
                     assert rs[k] == v.encode()
             assert refset.load(rs.to_dict()).to_dict() == rs.to_dict()
+
+
+def test_large_local_file_is_mapped_not_copied(tmp_path: Path):
+    from refset.formats._io import read_bytes
+
+    d = {"v/.zarray": zarray([60000], [1])}
+    for i in range(60000):
+        d[f"v/{i}"] = [f"s3://bucket/a/rather/long/path/to/the/data/file-{i // 50:05d}.nc", i * 997, 997]
+    p = tmp_path / "big.json"
+    p.write_text(json.dumps(d))
+    assert p.stat().st_size > 1 << 22
+    assert not isinstance(read_bytes(str(p)), bytes)  # a memory map
+    rs = refset.load(p)
+    assert rs.to_dict() == d and rs.table("v").count() == 60000
+    p.write_text(json.dumps(d)[:-3])  # truncated: the generic parser reports it
+    with pytest.raises(InvalidReferences, match="invalid JSON"):
+        refset.load(p)

@@ -52,8 +52,14 @@ def _local(path: str) -> str:
 
 
 def read_bytes(path: str, storage_options: dict[str, Any] | None = None) -> bytes:
+    """The content at ``path``; a large local file is memory-mapped (no copy, read on demand)."""
     if _is_local(path) and not storage_options:
         with open(_local(os.fspath(path)), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size >= 1 << 22:
+                import mmap
+
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # type: ignore[return-value]
             return f.read()
     import fsspec
 
