@@ -166,3 +166,68 @@ def test_synthetic_benchmark_shape(shared_bench, tmp_path):
                    check=True, capture_output=True)
     rs = _check(out.read_bytes())
     assert len(rs.urls) == 30 and set(rs.grids) == {"lst", "lst_uncertainty", "n", "qual"}
+
+
+def _members(extra: list[str], n: int = 3000) -> bytes:
+    meta = '"s/.zarray": ' + json.dumps(zarray([n], [1], sep="/"))
+    mem = [meta] + [f'"s/{i}": ["s3://b/f.nc", {i * 100}, 100]' for i in range(n)]
+    mem += [f'"x{i}/0.0": ["s3://b/g.nc", {i}, 1]' for i in range(n)]
+    return ("{" + ", ".join(mem + extra) + "}").encode()
+
+
+@pytest.mark.parametrize("extra,key,want", [
+    (['"s/5": "inline"'], "s/5", b"inline"),  # list earlier, text later (per-key path)
+    (['"x": ["u"]', '"x": "text"'], "x", b"text"),
+    (['"x": "text"', '"x": ["u"]'], "x", ("u",)),
+])
+def test_duplicates_across_value_kinds_keep_document_order(extra, key, want):
+    text = _members(extra)
+    assert refset.load(text)[key] == want
+    assert from_document(json.loads(text))[key] == want
+
+
+def test_escaped_slash_in_a_chunk_key():
+    d = _doc()
+    text = json.dumps(d)[:-1] + ', "a\\/1.0.0": ["u", 1, 2]}'
+    rs = _check(text.encode(), fast_expected=False)
+    assert rs["a/1.0.0"] == ("u", 1, 2)
+
+
+@pytest.mark.parametrize("head", [b"{xx ", b"{, ", b"{} ", b"[ "])
+def test_text_before_the_first_key_is_refused(head: bytes):
+    body = json.dumps(_doc()).encode()[1:]
+    with pytest.raises(InvalidReferences, match="invalid JSON"):
+        refset.load(head + body)
+    from refset.formats._json import document_problems
+
+    assert document_problems(head + body)
+
+
+@pytest.mark.parametrize("bad", [b'"a/0.0.0": ["u\xff", 0, 1]', b'"y": "bad \\q"', b'"\x01k": ["u", 0, 1]'])
+def test_undecodable_text_is_invalid_references(bad: bytes):
+    text = json.dumps(_doc()).encode()[:-1] + b", " + bad + b"}"
+    with pytest.raises(InvalidReferences, match="invalid JSON"):
+        refset.load(text)
+    with pytest.raises(InvalidReferences, match="invalid JSON"):
+        refset.load(b"{" + bad + b"}")
+
+
+def test_lazy_reads_chunk_tables_on_first_use():
+    d = _doc()
+    text = json.dumps(d).encode()
+    lazy = refset.load(text, lazy=True)
+    assert lazy._plan is not None and set(lazy.grids) == {"a", "bb", "grp/sub/ccc"}
+    assert lazy["a/.zarray"] == d["a/.zarray"].encode()  # metadata without building tables
+    assert lazy._plan is not None
+    key = next(k for k in d if k.startswith("bb/") and not k.endswith((".zarray", ".zattrs")))
+    assert list(lazy[key]) == d[key]
+    assert lazy._plan is None  # the first chunk built every table and released the text
+    assert lazy.to_dict() == refset.load(text).to_dict() == d
+
+
+def test_lazy_reports_bad_chunk_references_at_first_use():
+    text = json.dumps(_doc())[:-1] + ', "a/0.0.0": ["u", -5, 10]}'
+    rs = refset.load(text.encode(), lazy=True)
+    assert json.loads(rs["a/.zarray"])["shape"][0] == 60
+    with pytest.raises(InvalidReferences, match=r'refs\["a/0.0.0"\]\[1\]: offset must be'):
+        rs["a/0.0.1"]

@@ -91,7 +91,7 @@ def test_zarr_v3_metadata_and_key_encodings():
     assert rs.locate("v/c/1/1") == ("v", 3)
     assert rs.locate("w/1") == ("w", 1)
     assert rs.locate("d/c.0.1") == ("d", 1)
-    assert rs.to_dict() == refset.load(rs.to_dict()).to_dict()
+    assert rs.to_dict() == d
 
 
 def test_chunk_grid_grammar():
@@ -102,6 +102,25 @@ def test_chunk_grid_grammar():
     assert grid_from_metadata(".zarray", b'{"shape": [0], "chunks": [0]}') is None
     assert grid_from_metadata(".zarray", b"not json") is None
     assert grid_from_metadata(".zarray", b'{"shape": [0], "chunks": [5]}').nchunks == 0
+
+
+@pytest.mark.parametrize("meta", [
+    (".zarray", '{"shape": [4], "chunks": [2], "dimension_separator": 5}'),
+    (".zarray", '{"shape": [4], "chunks": [2], "dimension_separator": ["/"]}'),
+    (".zarray", '{"shape": [4], "chunks": [2], "dimension_separator": "./"}'),
+    (".zarray", '{"shape": [4], "chunks": [0]}'),
+    (".zarray", '{"shape": [4.5], "chunks": [2]}'),
+    ("zarr.json", '{"zarr_format": 3, "node_type": "array", "shape": [4], '
+                  '"chunk_grid": {"name": "regular", "configuration": [2]}}'),
+    ("zarr.json", '{"zarr_format": 3, "node_type": "array", "shape": [4], '
+                  '"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}}, '
+                  '"chunk_key_encoding": {"name": "default", "configuration": ["/"]}}'),
+])
+def test_malformed_metadata_means_no_grid_not_a_crash(meta):
+    d = {f"a/{meta[0]}": meta[1], "a/0": ["u", 0, 1], "a/c/0": ["u", 1, 1]}
+    rs = refset.load(d)
+    assert "a" not in rs.grids
+    assert rs.to_dict() == d
 
 
 def test_later_duplicate_key_wins():

@@ -103,6 +103,8 @@ class KeyIndex:
     def _present(self, a: str, lead: tuple[int, ...]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         t = self.rs.table(a)
         flat = np.flatnonzero(t.kind)
+        if not t.grid.shape:  # a scalar array: its one chunk, no index
+            return flat, ()
         idx = np.unravel_index(flat, t.grid.grid_shape)
         if lead:
             m = np.ones(len(flat), bool)
@@ -231,7 +233,8 @@ def _load_fo(
         fo = os.fspath(fo)
         if target_protocol and "://" not in fo and target_protocol not in ("file", "local"):
             fo = f"{target_protocol}://{fo}"
-    return load(fo, storage_options=dict(storage_options or {}) or None, **opts)
+    # chunk tables of a large JSON set are read on first use: opening needs only the metadata
+    return load(fo, storage_options=dict(storage_options or {}) or None, lazy=True, **opts)
 
 
 class ReferenceFileSystem(AsyncFileSystem):
@@ -332,14 +335,11 @@ class ReferenceFileSystem(AsyncFileSystem):
             return ref[start:end]
         url = ref[0]
         if len(ref) == 1:
-            s: int | None
-            e: int | None
-            s, e = start, end
-        else:
-            s, e = clamp(ref[2], start, end)  # type: ignore[misc]
-            if s == e:
-                return b""
-            s, e = s + ref[1], e + ref[1]  # type: ignore[misc]
+            return await self._whole_slice(key, url, start, end)
+        s, e = clamp(ref[2], start, end)  # type: ignore[misc]
+        if s == e:
+            return b""
+        s, e = s + ref[1], e + ref[1]  # type: ignore[misc]
         self.reader.requests += 1
         try:
             data = await read_range(self.targets, url, s, e)
@@ -349,6 +349,20 @@ class ReferenceFileSystem(AsyncFileSystem):
             short = ShortRead(f"{url}: asked for bytes {s}-{e} ({e - s}), got {len(data)} bytes")
             raise self._unreachable(key, url, short) from short
         return data
+
+    async def _whole_slice(self, key: str, url: str, start: int | None, end: int | None) -> bytes:
+        """``file[start:end]`` (Python slice rules) of a whole-file reference."""
+        self.reader.requests += 1
+        try:
+            if start is not None and end is not None and start >= 0 and end >= 0:
+                # a read past the end of the file is short, as a slice is
+                return b"" if end <= start else await read_range(self.targets, url, start, end)
+            if (start or 0) >= 0 and end is None:
+                return await read_range(self.targets, url, start, None)
+            data = await read_range(self.targets, url, None, None)  # negative bounds need the size
+        except Exception as err:
+            raise self._unreachable(key, url, err) from err
+        return data[start:end]
 
     async def _read_many(
         self, keys: list[str], refs: list[Ref], starts: list[int | None], ends: list[int | None]
@@ -368,16 +382,7 @@ class ReferenceFileSystem(AsyncFileSystem):
                 out[i] = ref[st:en]
                 continue
             if len(ref) == 1:
-                if st is not None and en is not None and st >= 0 and en >= 0:
-                    if en <= st:
-                        out[i] = b""
-                        continue
-                    rows.append(i)
-                    pid.append(uid.setdefault(ref[0], len(uid)))
-                    bs.append(st)
-                    be.append(en)
-                else:
-                    whole.append(i)
+                whole.append(i)
                 continue
             s, e = clamp(ref[2], st, en)  # type: ignore[misc]
             if s == e:
@@ -389,8 +394,7 @@ class ReferenceFileSystem(AsyncFileSystem):
             be.append(e + ref[1])  # type: ignore[misc]
 
         async def read_whole(i: int) -> bytes:
-            self.reader.requests += 1
-            return await read_range(self.targets, refs[i][0], starts[i], ends[i])  # type: ignore[index]
+            return await self._whole_slice(keys[i], refs[i][0], starts[i], ends[i])  # type: ignore[index]
 
         urls = list(uid)
         got, wgot = await asyncio.gather(
@@ -398,7 +402,9 @@ class ReferenceFileSystem(AsyncFileSystem):
             asyncio.gather(*(read_whole(i) for i in whole), return_exceptions=True),
         )
         for i, d in zip(rows + whole, list(got) + list(wgot), strict=False):
-            if isinstance(d, BaseException):
+            if isinstance(d, ReferenceNotReachable):
+                out[i] = d
+            elif isinstance(d, BaseException):
                 out[i] = self._unreachable(keys[i], refs[i][0], d)  # type: ignore[index]
             else:
                 out[i] = d

@@ -107,7 +107,7 @@ def grid_from_document(name: str, meta: object) -> ChunkGrid | None:
     if name == ".zarray":
         shape, chunks = _int_tuple(meta.get("shape")), _int_tuple(meta.get("chunks"))
         sep = meta.get("dimension_separator") or "."
-        if shape is None or chunks is None or len(shape) != len(chunks) or sep not in "./":
+        if shape is None or chunks is None or len(shape) != len(chunks) or sep not in (".", "/"):
             return None
         grid = ChunkGrid(shape, chunks, sep, "", 2)
     else:
@@ -117,13 +117,16 @@ def grid_from_document(name: str, meta: object) -> ChunkGrid | None:
         cg = meta.get("chunk_grid")
         if shape is None or not isinstance(cg, dict) or cg.get("name") != "regular":
             return None
-        chunks = _int_tuple((cg.get("configuration") or {}).get("chunk_shape"))
+        cfg = cg.get("configuration")
+        chunks = _int_tuple(cfg.get("chunk_shape")) if isinstance(cfg, dict) else None
         if chunks is None or len(shape) != len(chunks):
             return None
         enc = meta.get("chunk_key_encoding") or {"name": "default"}
         if not isinstance(enc, dict):
             return None
         cfg = enc.get("configuration") or {}
+        if not isinstance(cfg, dict):
+            return None
         if enc.get("name") == "default":
             sep = cfg.get("separator", "/")
             prefix = "c"

@@ -588,16 +588,25 @@ class Builder:
                     grids[meta[0]] = g
         return grids
 
+    def _row(self, ref: Ref) -> Row:
+        if isinstance(ref, bytes):
+            return INLINE, 0, 0, 0, ref
+        pid = self.url_ids.setdefault(ref[0], len(self.url_ids))
+        if len(ref) == 1:
+            return WHOLE, pid, 0, 0, None
+        return RANGE, pid, ref[1], ref[2], None  # type: ignore[misc]
+
+    def build_other(self, grids: Mapping[str, ChunkGrid]) -> KeyTable:
+        """The generic table of the single keys added so far that are not chunk keys of ``grids``
+        (for readers that build the chunk tables later)."""
+        router = KeyRouter(grids)
+        generic = {k: self._row(v) for k, v in self.items.items()
+                   if not grids or router.locate(k) is None}
+        return KeyTable.from_items(generic)
+
     def build(self) -> ReferenceSet:
         url_ids = self.url_ids
-
-        def row(ref: Ref) -> Row:
-            if isinstance(ref, bytes):
-                return INLINE, 0, 0, 0, ref
-            pid = url_ids.setdefault(ref[0], len(url_ids))
-            if len(ref) == 1:
-                return WHOLE, pid, 0, 0, None
-            return RANGE, pid, ref[1], ref[2], None  # type: ignore[misc]
+        row = self._row
 
         grids = self.grids()
         router = KeyRouter(grids)

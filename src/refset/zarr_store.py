@@ -265,11 +265,7 @@ class ZarrStore(Store):
             if s == e:
                 return b""
             return await self._batch().add(key, url, s + ref[1], e + ref[1])  # type: ignore[misc]
-        if start is not None and end is not None and 0 <= start and 0 <= end:
-            if end <= start:
-                return b""
-            return await self._batch().add(key, url, start, end)
-        return await self.fs._cat_file(key, start=start, end=end)
+        return await self.fs._whole_slice(key, url, start, end)
 
     async def get(
         self,

@@ -66,7 +66,12 @@ def load(
     JSON (``.json``, ``.json.gz``, ``.json.zst``; compression is recognised by content), a parquet
     reference directory, or a packed file. ``options`` go to the format's reader (for JSON:
     ``max_gen``, ``template_overrides``). Malformed input raises :class:`~refset.errors.InvalidReferences`.
+
+    ``lazy=True`` (JSON files over 64 KiB): read keys, metadata and inline values now and the chunk
+    tables on first use, keeping the text in memory until then; problems in chunk references are
+    then reported at first use. Parquet and packed sets are always read lazily.
     """
+    lazy = bool(options.pop("lazy", False))
     if isinstance(source, ReferenceSet):
         return source
     if not isinstance(source, (str, os.PathLike)) and isinstance(source, Mapping):
@@ -76,7 +81,7 @@ def load(
     if isinstance(source, (bytes, bytearray, memoryview)):
         from ._json import from_json_bytes
 
-        return from_json_bytes(bytes(source), **options)
+        return from_json_bytes(bytes(source), lazy=lazy, **options)
     if not isinstance(source, (str, os.PathLike)):
         raise InvalidReferences(
             f"source: expected a dict, a ReferenceSet or a path/URL, got {type(source).__name__}"
@@ -98,7 +103,7 @@ def load(
     compression = {b"\x1f\x8b": "gzip", b"\x28\xb5": "zstd"}.get(raw[:2])
     box = [decompress(raw, source)]
     del raw  # the reader releases the text before it builds the tables
-    rs = from_json_bytes(box, **options)
+    rs = from_json_bytes(box, lazy=lazy, **options)
     rs.stored.setdefault("compression", compression)
     _release_freed_memory()
     return rs

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import RANGE, WHOLE, Builder, KeyRouter, Ref, ReferenceSet
+from ..model import RANGE, WHOLE, Builder, ChunkTable, KeyRouter, Ref, ReferenceSet
 
 __all__ = ["fast_load", "MIN_SIZE"]
 
@@ -150,9 +150,13 @@ def _same_spans(a: np.ndarray, s: np.ndarray, e: np.ndarray, W: np.ndarray | Non
 
 
 def _decode(data: bytes, s: int, e: int) -> str:
+    """The JSON string whose raw text (without quotes) is ``data[s:e]``; _Fallback if invalid."""
     import msgspec
 
-    return str(msgspec.json.decode(b'"' + data[s:e] + b'"'))
+    try:
+        return str(msgspec.json.decode(b'"' + data[s:e] + b'"'))
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        raise _Fallback from None
 
 
 def _key_tails(
@@ -265,6 +269,8 @@ def _envelope(doc: _Doc) -> tuple[dict[str, Any] | None, int]:
     first = int(_skip_ws(a, np.array([0]), 1)[0])
     if a[first] != 123:  # "{"
         raise _Fallback
+    if int(_skip_ws(a, np.array([first + 1]), 1)[0]) != doc.q[0]:
+        raise _Fallback  # only whitespace may stand between "{" and the first key
     head = np.arange(min(1 << 16, doc.nstr))
     hs, he = doc.s(head), doc.e(head)
     short = np.flatnonzero((he - hs == 7) | (he - hs == 4)).tolist()
@@ -354,95 +360,169 @@ def fast_load(
     *,
     max_gen: int | None = None,
     template_overrides: Mapping[str, str] | None = None,
+    lazy: bool = False,
 ) -> ReferenceSet | None:
     """A ReferenceSet from JSON text, or None when the document needs the generic parser.
 
     ``data`` may be a one-item list holding the text: the reader then takes it out and lets it go
     before building the tables (lower peak memory), and puts it back when it returns None.
+
+    ``lazy``: read keys, metadata and inline values now, but the chunk tables (offsets, lengths,
+    URLs) only when a chunk is first used. Opening is then several times faster; the text stays in
+    memory until then, and problems in chunk references are reported at first use.
     """
     box = data if isinstance(data, list) else [data]
     if len(box[0]) < MIN_SIZE:
         return None
+    doc = _Doc(box.pop())
     try:
-        return _fast_load(box, max_gen=max_gen, template_overrides=template_overrides)
+        plan = _Plan(doc, template_overrides, max_gen)
     except _Fallback:
+        box.append(doc.data)
+        return None
+    del doc  # the plan owns the text now and lets it go as soon as it can
+    if lazy and not (plan.head_doc or {}).get("gen"):
+        return _LazyJson(plan)
+    try:
+        return plan.finish()
+    except _Fallback:
+        box.append(plan.doc.data)
         return None
 
 
-def _fast_load(
-    box: list[bytes], *, max_gen: int | None, template_overrides: Mapping[str, str] | None
-) -> ReferenceSet | None:
-    doc = _Doc(box.pop())
-    try:
-        b, head_doc = _read(doc, template_overrides)
-    except _Fallback:
-        box.append(doc.data)
-        raise
-    del doc  # the text: tables are built without it
-    if head_doc is not None:
-        from ._json import collect
-        from ._json_v1 import DEFAULT_MAX_GEN
+class _Plan:
+    """The cheap part of reading: strings, keys routed to chunk grids, metadata and inline values,
+    keys outside the grids. :meth:`finish` adds the chunk references (the costly part)."""
 
-        problems: list[str] = []
-        collect(head_doc, problems, builder=b, refs_done=True, max_gen=max_gen or DEFAULT_MAX_GEN,
-                template_overrides=template_overrides)
-        if problems:
-            from ..errors import InvalidReferences
+    def __init__(self, doc: _Doc, template_overrides: Mapping[str, str] | None,
+                 max_gen: int | None) -> None:
+        from ._templates import Templates
 
-            raise InvalidReferences(problems)
-    rs = b.build()
-    rs.stored.update(format="json", version=1 if head_doc is not None else 0)
-    return rs
-
-
-def _read(doc: _Doc, template_overrides: Mapping[str, str] | None) -> tuple[Builder, dict[str, Any] | None]:
-    from ._templates import Templates
-
-    data = doc.data
-    if doc.nstr < 4:
-        raise _Fallback
-    head_doc, closers = _envelope(doc)
-    if (doc.nstr - doc.first) % 2:
-        raise _Fallback
-    doc.members = (doc.nstr - doc.first) // 2
-    templates = None
-    if head_doc is not None:
-        if head_doc.get("version") != 1:
-            raise _Fallback  # the generic path reports the unknown version
-        tmpl = head_doc.get("templates", {})
-        if not isinstance(tmpl, dict) or not all(isinstance(v, str) for v in tmpl.values()):
+        self.doc = doc
+        self.template_overrides = template_overrides
+        self.max_gen = max_gen
+        if doc.nstr < 4:
             raise _Fallback
-        templates = Templates({**tmpl, **(template_overrides or {})})
+        self.head_doc, self.closers = _envelope(doc)
+        if (doc.nstr - doc.first) % 2:
+            raise _Fallback
+        doc.members = (doc.nstr - doc.first) // 2
+        self.templates = None
+        if self.head_doc is not None:
+            if self.head_doc.get("version") != 1:
+                raise _Fallback  # the generic path reports the unknown version
+            tmpl = self.head_doc.get("templates", {})
+            if not isinstance(tmpl, dict) or not all(isinstance(v, str) for v in tmpl.values()):
+                raise _Fallback
+            self.templates = Templates({**tmpl, **(template_overrides or {})})
+        b = self.builder = Builder()
+        problems: list[str] = []
+        # string values (metadata, inline data) go through the per-key path; grids need them.
+        # A value is a string when the text before its opening quote is ':' (ws allowed), not '['.
+        a = doc.a
+        value_open = doc.q[2 * np.arange(doc.first + 1, doc.nstr, 2, dtype=np.int64)].astype(np.int64)
+        before = _skip_ws(a, value_open - 1, -1)
+        is_str = a[before] == 58
+        if not np.all(is_str | (a[before] == 91)):
+            raise _Fallback
+        for m in np.flatnonzero(is_str).tolist():
+            ks, ke, vs, ve = (int(x[0]) for x in doc.spans(m, m + 1))
+            key = doc.text(ks, ke)
+            b.add(key, _inline(doc.data, vs, ve, key, problems))
+        string_keys = set(b.items)
+        del value_open, before
+        self.grids = b.grids()
+        # list values: chunk keys of known grids are classified column-wise per batch, the others
+        # (keys outside any grid) are read one at a time now
+        self.batches: list[tuple[int, int, np.ndarray, list[str], np.ndarray, np.ndarray]] = []
+        for m0 in range(0, doc.members, BATCH):
+            m1 = min(m0 + BATCH, doc.members)
+            ks, ke = doc.s(doc.first + 2 * np.arange(m0, m1, dtype=np.int64)), doc.e(
+                doc.first + 2 * np.arange(m0, m1, dtype=np.int64))
+            lists = np.flatnonzero(~is_str[m0:m1])
+            rows, names, aid, flat = _classify(doc, ks, ke, lists, self.grids)
+            self.batches.append((m0, m1, rows, names, aid, flat))
+            one_by_one = np.ones(m1 - m0, bool)
+            one_by_one[rows] = False
+            one_by_one[is_str[m0:m1]] = False
+            for i in np.flatnonzero(one_by_one).tolist():
+                key = doc.text(int(ks[i]), int(ke[i]))
+                if key in string_keys:
+                    raise _Fallback  # a key given twice (text and list): the generic path orders them
+                ref = _member_list(doc, m0 + i, key, problems, self.templates)
+                if ref is not None:
+                    b.add(key, ref)
+        if problems:
+            raise _Fallback
+        if self.grids and _collides(b, KeyRouter(self.grids), self.batches):
+            raise _Fallback  # a chunk given both inline and as a range: let the generic path order them
 
-    b = Builder()
-    problems: list[str] = []
-    batches = [(m, min(m + BATCH, doc.members)) for m in range(0, doc.members, BATCH)]
-    # pass 1: string values (metadata, inline data) go through the per-key path; grids need them.
-    # A value is a string when the text before its opening quote is ':' (ws allowed), not '['.
-    a = doc.a
-    value_open = doc.q[2 * np.arange(doc.first + 1, doc.nstr, 2, dtype=np.int64)].astype(np.int64)
-    before = _skip_ws(a, value_open - 1, -1)
-    for m in np.flatnonzero(a[before] == 58).tolist():
-        ks, ke, vs, ve = (int(x[0]) for x in doc.spans(m, m + 1))
-        key = doc.text(ks, ke)
-        b.add(key, _inline(data, vs, ve, key, problems))
-    del value_open, before
-    if problems:
-        raise _Fallback
-    grids = b.grids()
-    url_id = b.url_ids
-    slow: list[tuple[str, Ref]] = []
-    # pass 2: list values, column-wise per batch
-    for m0, m1 in batches:
-        ks, ke, vs, ve, is_arr, whole, offset, length, term = _shape(doc, m0, m1)
-        _lists(doc, ks, ke, vs, ve, is_arr, whole, offset, length, grids, templates, url_id, b, slow)
-    _check_end(a, int(term[-1]) + 1, closers)
-    for key, ref in slow:
-        b.add(key, ref)
-    router = KeyRouter(grids) if grids else None
-    if router is not None and b.batches and _collides(b, router):
-        raise _Fallback  # a chunk given both inline and as a range: let the generic path order them
-    return b, head_doc
+    def finish(self) -> ReferenceSet:
+        """Read the chunk references and build the set; releases the text."""
+        doc, b = self.doc, self.builder
+        term = None
+        for m0, m1, rows, names, aid, flat in self.batches:
+            _ks, _ke, vs, ve, _is_arr, whole, offset, length, term = _shape(doc, m0, m1)
+            _columns(doc, rows, names, aid, flat, vs, ve, whole, offset, length, self.templates, b)
+        if term is not None:
+            _check_end(doc.a, int(term[-1]) + 1, self.closers)
+        self.doc = None  # type: ignore[assignment]
+        del doc
+        if self.head_doc is not None:
+            from ._json import collect
+            from ._json_v1 import DEFAULT_MAX_GEN
+
+            problems: list[str] = []
+            collect(self.head_doc, problems, builder=b, refs_done=True,
+                    max_gen=self.max_gen or DEFAULT_MAX_GEN, template_overrides=self.template_overrides)
+            if problems:
+                from ..errors import InvalidReferences
+
+                raise InvalidReferences(problems)
+        rs = b.build()
+        rs.stored.update(format="json", version=1 if self.head_doc is not None else 0)
+        return rs
+
+
+class _LazyJson(ReferenceSet):
+    """A JSON set whose chunk tables are read on first use (see ``fast_load(lazy=True)``)."""
+
+    def __init__(self, plan: _Plan) -> None:
+        import threading
+
+        b = plan.builder
+        other = b.build_other(plan.grids)
+        super().__init__(list(b.url_ids), {}, other, grids=plan.grids)
+        self.stored.update(format="json", version=1 if plan.head_doc is not None else 0)
+        self._plan: _Plan | None = plan
+        self._lock = threading.Lock()
+
+    def _load_table(self, path: str) -> ChunkTable:
+        self._materialize()
+        return self._tables[path]
+
+    def _materialize(self) -> None:
+        with self._lock:
+            plan = self._plan
+            if plan is None:
+                return
+            try:
+                rs = plan.finish()
+            except _Fallback:
+                from ._json import decode_json, from_document
+
+                rs = from_document(decode_json(plan.doc.data), max_gen=plan.max_gen or 100_000_000,
+                                   template_overrides=plan.template_overrides)
+            self._tables = dict(rs._tables)
+            self.urls = rs.urls
+            self.other = rs.other
+            self.grids = rs.grids
+            self.router = rs.router
+            self._plan = None
+
+    def __len__(self) -> int:
+        self._materialize()
+        return super().__len__()
 
 
 def _check_end(a: np.ndarray, rest: int, closers: int) -> None:
@@ -465,30 +545,44 @@ def _url(doc: _Doc, s: int, e: int, templates: Any) -> str:
     return u
 
 
-def _lists(
-    doc: _Doc,
-    ks: np.ndarray,
-    ke: np.ndarray,
-    vs: np.ndarray,
-    ve: np.ndarray,
-    is_arr: np.ndarray,
-    whole: np.ndarray,
-    offset: np.ndarray,
-    length: np.ndarray,
-    grids: Mapping[str, Any],
-    templates: Any,
-    url_id: dict[str, int],
-    b: Builder,
-    slow: list[tuple[str, Ref]],
-) -> None:
-    """Add the list-valued members of one batch: chunk keys of known grids column-wise."""
+def _member_list(doc: _Doc, m: int, key: str, problems: list[str], templates: Any) -> Ref | None:
+    """The list value of member ``m``, decoded on its own (keys outside the chunk grids)."""
+    import msgspec
+
+    from ._json_v0 import normalize_value
+
+    j = doc.first + 2 * m + 1
+    start = int(_skip_ws(doc.a, np.array([doc.q[2 * j] - 1], np.int64), -1)[0])  # the '['
+    end = doc.data.find(b"]", int(doc.q[2 * j + 1]))
+    if doc.a[start] != 91 or end < 0:
+        raise _Fallback
+    try:
+        value = msgspec.json.decode(doc.data[start : end + 1])
+    except msgspec.DecodeError:
+        raise _Fallback from None
+
+    def render(url: str, at: str) -> str | None:
+        try:
+            return str(templates.render(url))
+        except ValueError as e:
+            problems.append(f"{at}: {e}")
+            return None
+
+    return normalize_value(key, value, problems, render if templates is not None else None)
+
+
+def _classify(
+    doc: _Doc, ks: np.ndarray, ke: np.ndarray, lists: np.ndarray, grids: Mapping[str, Any]
+) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    """List-valued members (``lists``, batch rows) whose keys are canonical chunk keys of a known
+    '.'-separated grid: (rows, array names, array id per row, flat chunk index per row)."""
     a, W = doc.a, doc.W
-    lists = np.flatnonzero(is_arr)
     pend, ndim, idx = _key_tails(W, a, ks[lists], ke[lists])
     ok = np.zeros(lists.size, bool)
     arr_of = np.full(lists.size, -1, np.int64)
     names: list[str] = []
     chunky = np.flatnonzero(ndim > 0)
+    flat = np.zeros(lists.size, np.int64)
     if chunky.size:
         m = lists[chunky]
         same = _same_spans(a, ks[m], pend[chunky], W)
@@ -512,33 +606,44 @@ def _lists(
             for d, n in enumerate(reversed(g.grid_shape)):
                 v = idx[d][rows]
                 good &= (v >= 0) & (v < n)
-            ok[rows[good]] = True
-    # URLs of the columnar rows: runs of identical spans, decoded once per run
-    cols = np.flatnonzero(ok)
-    if cols.size:
-        m = lists[cols]
-        starts = np.flatnonzero(~_same_spans(a, vs[m], ve[m]))
-        run_pid = np.empty(starts.size, np.int64)
-        for r, s0 in enumerate(starts.tolist()):
-            u = _url(doc, int(vs[m[s0]]), int(ve[m[s0]]), templates)
-            run_pid[r] = url_id.setdefault(u, len(url_id))
-        pid = np.repeat(run_pid, np.diff(np.append(starts, cols.size)))
-        kind = np.where(whole[m], WHOLE, RANGE).astype(np.uint8)
-        aof = arr_of[cols]
-        for j, prefix in enumerate(names):
-            sel = np.flatnonzero(aof == j)
-            if not sel.size:
-                continue
-            g = grids[prefix]
-            r = cols[sel]
-            flat = np.ravel_multi_index(tuple(idx[d][r] for d in reversed(range(g.ndim))), g.grid_shape)
-            ms = m[sel]
-            b.add_chunks(prefix, flat, kind[sel], pid[sel], offset[ms], length[ms])
-    # everything else, one key at a time
-    for i in lists[~ok].tolist():
-        key = doc.text(int(ks[i]), int(ke[i]))
-        url = _url(doc, int(vs[i]), int(ve[i]), templates)
-        slow.append((key, (url,) if whole[i] else (url, int(offset[i]), int(length[i]))))
+            rows = rows[good]
+            ok[rows] = True
+            flat[rows] = np.ravel_multi_index(
+                tuple(idx[d][rows] for d in reversed(range(g.ndim))), g.grid_shape)
+    sel = np.flatnonzero(ok)
+    return lists[sel], names, arr_of[sel].astype(np.int16 if len(names) < 2**15 else np.int64), flat[sel]
+
+
+def _columns(
+    doc: _Doc,
+    rows: np.ndarray,
+    names: list[str],
+    aid: np.ndarray,
+    flat: np.ndarray,
+    vs: np.ndarray,
+    ve: np.ndarray,
+    whole: np.ndarray,
+    offset: np.ndarray,
+    length: np.ndarray,
+    templates: Any,
+    b: Builder,
+) -> None:
+    """Add one batch's classified chunk references column-wise; URLs decoded once per run."""
+    if not rows.size:
+        return
+    starts = np.flatnonzero(~_same_spans(doc.a, vs[rows], ve[rows]))
+    run_pid = np.empty(starts.size, np.int64)
+    url_id = b.url_ids
+    for r, s0 in enumerate(starts.tolist()):
+        u = _url(doc, int(vs[rows[s0]]), int(ve[rows[s0]]), templates)
+        run_pid[r] = url_id.setdefault(u, len(url_id))
+    pid = np.repeat(run_pid, np.diff(np.append(starts, rows.size)))
+    kind = np.where(whole[rows], WHOLE, RANGE).astype(np.uint8)
+    for j, prefix in enumerate(names):
+        sel = np.flatnonzero(aid == j)
+        if sel.size:
+            r = rows[sel]
+            b.add_chunks(prefix, flat[sel], kind[sel], pid[sel], offset[r], length[r])
 
 
 def _digits_end(W: np.ndarray, a: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -575,14 +680,17 @@ def _inline(data: bytes, s: int, e: int, key: str, problems: list[str]) -> bytes
     return v if isinstance(v, bytes) else b""
 
 
-def _collides(b: Builder, router: KeyRouter) -> bool:
-    """Whether a single key names a chunk that a columnar batch also holds."""
+def _collides(b: Builder, router: KeyRouter, batches: list[tuple[Any, ...]]) -> bool:
+    """Whether a single key names a chunk that a classified list member also holds."""
     routed: dict[str, list[int]] = {}
     for key in b.items:
         hit = router.locate(key)
         if hit is not None:
             routed.setdefault(hit[0], []).append(hit[1])
-    for path, flat, *_ in b.batches:
-        if path in routed and np.isin(flat, routed[path]).any():
-            return True
+    if not routed:
+        return False
+    for _m0, _m1, _rows, names, aid, flat in batches:
+        for j, path in enumerate(names):
+            if path in routed and np.isin(flat[aid == j], routed[path]).any():
+                return True
     return False

@@ -20,7 +20,7 @@ def decode_json(data: bytes) -> Any:
 
     try:
         return msgspec.json.decode(data)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
         raise InvalidReferences(f"invalid JSON: {e}") from None
 
 
@@ -76,11 +76,15 @@ def from_json_bytes(
     *,
     max_gen: int = DEFAULT_MAX_GEN,
     template_overrides: Mapping[str, str] | None = None,
+    lazy: bool = False,
 ) -> ReferenceSet:
-    """Parse JSON text (or a one-item list holding it, which the reader may empty to save memory)."""
+    """Parse JSON text (or a one-item list holding it, which the reader may empty to save memory).
+
+    ``lazy``: large documents read their chunk tables on first use (see ``_fastjson.fast_load``).
+    """
     from ._fastjson import fast_load
 
-    rs = fast_load(data, max_gen=max_gen, template_overrides=template_overrides)
+    rs = fast_load(data, max_gen=max_gen, template_overrides=template_overrides, lazy=lazy)
     if rs is not None:
         return rs
     text = data[0] if isinstance(data, list) else data
