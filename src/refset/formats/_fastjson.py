@@ -177,23 +177,22 @@ def _key_tails(
         if active.size == 0:
             break
         e = end[active]
-        ok_pos = e - ks[active] >= 1
+        kst = ks[active]
         w = W[np.maximum(e - 8, 0)]
-        bad = ~(_byte_lt(w ^ _ZEROS, 10)) & _HI
-        top = _top_byte(bad)  # highest non-digit byte; -1 if all digits
+        bad = ~_byte_lt(w ^ _ZEROS, 10) & _HI
+        top = _top_byte(bad)  # highest non-digit byte; -1 if all 8 are digits
         nd = 7 - top
-        nd = np.where(top < 0, 8, nd)
-        nd = np.minimum(nd, e - ks[active])
-        good = ok_pos & (nd >= 1) & (nd <= 7)
+        # the separator and the first digit are bytes of the same word: no gathers
+        shift = (top.clip(0) * 8).astype(np.uint64)
+        sep = ((w >> shift) & _U8(0xFF)).astype(np.uint8)
+        first = ((w >> np.minimum(shift + _U8(8), _U8(56))) & _U8(0xFF)).astype(np.uint8)
         start = e - nd
-        lead0 = (a[np.minimum(start, a.size - 1)] == 48) & (nd > 1)
-        good &= ~lead0
+        at_key_start = start <= kst  # the key's opening quote is the "separator"
+        good = (top >= 0) & (nd >= 1) & (start >= kst) & ~((first == 48) & (nd > 1))
         val = _swar8(_masked(w, nd))
-        sep = a[np.maximum(start - 1, 0)]
-        at_key_start = start == ks[active]
         cont = good & (sep == 46) & ~at_key_start
         stop_slash = good & (sep == 47) & ~at_key_start
-        stop_root = good & at_key_start
+        stop_root = good & (start == kst)
         col = np.full(N, -1, np.int64)
         col[active[good]] = val[good].astype(np.int64)
         idx.append(col)
@@ -233,6 +232,7 @@ def _quotes(data: bytes, a: np.ndarray) -> np.ndarray:
 
 
 BATCH = 1 << 15  # members parsed together: bounds the temporary memory
+KEY_BATCH = 1 << 17  # members whose keys are classified together (keys only: little memory)
 
 
 class _Doc:
@@ -435,8 +435,8 @@ class _Plan:
         # list values: chunk keys of known grids are classified column-wise per batch, the others
         # (keys outside any grid) are read one at a time now
         self.batches: list[tuple[int, int, np.ndarray, list[str], np.ndarray, np.ndarray]] = []
-        for m0 in range(0, doc.members, BATCH):
-            m1 = min(m0 + BATCH, doc.members)
+        for m0 in range(0, doc.members, KEY_BATCH):
+            m1 = min(m0 + KEY_BATCH, doc.members)
             ks, ke = doc.s(doc.first + 2 * np.arange(m0, m1, dtype=np.int64)), doc.e(
                 doc.first + 2 * np.arange(m0, m1, dtype=np.int64))
             lists = np.flatnonzero(~is_str[m0:m1])
@@ -461,9 +461,13 @@ class _Plan:
         """Read the chunk references and build the set; releases the text."""
         doc, b = self.doc, self.builder
         term = None
-        for m0, m1, rows, names, aid, flat in self.batches:
-            _ks, _ke, vs, ve, _is_arr, whole, offset, length, term = _shape(doc, m0, m1)
-            _columns(doc, rows, names, aid, flat, vs, ve, whole, offset, length, self.templates, b)
+        for k0, k1, rows, names, aid, flat in self.batches:
+            for m0 in range(k0, k1, BATCH):  # smaller batches here: the costly part, more memory
+                m1 = min(m0 + BATCH, k1)
+                lo, hi = np.searchsorted(rows, [m0 - k0, m1 - k0])
+                _ks, _ke, vs, ve, _is_arr, whole, offset, length, term = _shape(doc, m0, m1)
+                _columns(doc, rows[lo:hi] - (m0 - k0), names, aid[lo:hi], flat[lo:hi], vs, ve, whole,
+                         offset, length, self.templates, b)
         if term is not None:
             _check_end(doc.a, int(term[-1]) + 1, self.closers)
         self.doc = None  # type: ignore[assignment]
