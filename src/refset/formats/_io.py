@@ -59,7 +59,9 @@ def read_bytes(path: str, storage_options: dict[str, Any] | None = None) -> byte
             if size >= 1 << 22:
                 import mmap
 
-                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # type: ignore[return-value]
+                # MAP_POPULATE: map the whole file at once instead of one page fault per 4 KiB
+                flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+                return mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ)  # type: ignore[return-value]
             return f.read()
     import fsspec
 
