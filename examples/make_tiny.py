@@ -27,7 +27,7 @@ with netCDF4.Dataset("examples/tiny.nc", "w") as ds:
     v[:3] = data[:3]  # the last time step is never written: its chunks read as the fill value
 refs = SingleHdf5ToZarr("examples/tiny.nc", inline_threshold=0).translate()
 refs = refs.get("refs", refs)
-for k, r in refs.items():
+for r in refs.values():
     if isinstance(r, list):
         r[0] = "examples/tiny.nc"
 with open("examples/tiny.json", "w") as f:
