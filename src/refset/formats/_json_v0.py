@@ -10,7 +10,7 @@ from typing import Any
 
 from ..model import Ref, ReferenceSet, encode_inline
 
-__all__ = ["normalize_value", "where", "dumps_v0", "v0_dict"]
+__all__ = ["normalize_value", "where", "dumps_v0"]
 
 
 def where(key: str, *index: int) -> str:
@@ -94,10 +94,6 @@ def refs_from_v0(
         if r is not None:
             out.append((k, r))
     return out
-
-
-def v0_dict(rs: ReferenceSet) -> dict[str, Any]:
-    return rs.to_dict()
 
 
 def dumps_v0(rs: ReferenceSet) -> bytes:

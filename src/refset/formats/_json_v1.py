@@ -13,7 +13,7 @@ from ..model import RANGE, WHOLE, Builder, array_key
 from ._json_v0 import refs_from_v0
 from ._templates import NotVectorisable, Part, Templates, compile_expr, render
 
-__all__ = ["read_v1", "DEFAULT_MAX_GEN", "gen_problems"]
+__all__ = ["read_v1", "DEFAULT_MAX_GEN"]
 
 DEFAULT_MAX_GEN = 100_000_000
 
@@ -83,14 +83,6 @@ def read_v1(
     for i, (g, c) in enumerate(zip(gens, checked)):
         if c is not None:
             _expand(f"gen[{i}]", g, c[0], templates, grids, builder, problems)
-
-
-def gen_problems(gens: object) -> list[str]:
-    problems: list[str] = []
-    if isinstance(gens, list):
-        for i, g in enumerate(gens):
-            _check_gen(i, g, problems)
-    return problems
 
 
 def _check_gen(
