@@ -267,14 +267,9 @@ class ParquetReferenceSet(ReferenceSet):
             rec = self.record(path, record)
         if row >= rec.nrows:
             raise KeyError(key)
-        kind = int(rec.kind[row])
-        if kind == RANGE:
-            return (self.urls[int(rec.path_id[row])], int(rec.offset[row]), int(rec.length[row]))
-        if kind == WHOLE:
-            return (self.urls[int(rec.path_id[row])],)
-        if kind == INLINE:
-            return rec.inline[row]
-        raise KeyError(key)
+        kind = rec.kind.item(row)
+        return self._resolve(kind, rec.path_id.item(row), rec.offset.item(row), rec.length.item(row),
+                             rec.inline[row] if kind == INLINE else None, key)
 
     def __getitem__(self, key: str) -> Ref:
         # docstring inherited
