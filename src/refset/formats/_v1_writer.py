@@ -90,6 +90,14 @@ def _runs(kind: np.ndarray, pid: np.ndarray, off: np.ndarray, ln: np.ndarray) ->
     return np.stack([starts[keep], stops[keep]], axis=1)
 
 
+def _run_mask(nchunks: int, runs: np.ndarray) -> np.ndarray:
+    """Boolean mask of the chunks inside the (start, stop) runs."""
+    edges = np.zeros(nchunks + 1, np.int8)
+    np.add.at(edges, runs[:, 0], 1)
+    np.add.at(edges, runs[:, 1], -1)
+    return np.cumsum(edges[:-1]) > 0
+
+
 def _paying_runs(
     rs: ReferenceSet, runs: dict[str, np.ndarray], names: dict[int, str]
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -109,10 +117,7 @@ def _paying_runs(
         line = key_len + ul + digits + 12
         gen = GEN_OVERHEAD + 2 * key_len + ul + 2 * digits
         r = kept[path] = r[n * line > gen]
-        mask = np.zeros(t.nchunks + 1, np.int8)
-        np.add.at(mask, r[:, 0], 1)
-        np.add.at(mask, r[:, 1], -1)
-        in_run[path] = np.cumsum(mask[:-1]) > 0
+        in_run[path] = _run_mask(t.nchunks, r)
     return kept, in_run
 
 
@@ -128,10 +133,7 @@ def v1_document(rs: ReferenceSet) -> dict[str, Any]:
     for path in rs.grids:
         t = rs.table(path)
         r = runs[path] = _runs(t.kind, t.path_id, t.offset, t.length)
-        mask = np.zeros(t.nchunks + 1, np.int8)
-        np.add.at(mask, r[:, 0], 1)
-        np.add.at(mask, r[:, 1], -1)
-        in_run[path] = np.cumsum(mask[:-1]) > 0
+        in_run[path] = _run_mask(t.nchunks, r)
         refd = ((t.kind == RANGE) | (t.kind == WHOLE)) & ~in_run[path]
         np.add.at(uses, t.path_id[refd].astype(np.int64), 1)
         np.add.at(uses, t.path_id[r[:, 0]].astype(np.int64), 1)
