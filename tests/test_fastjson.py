@@ -43,6 +43,9 @@ def _check(text: bytes, fast_expected: bool = True) -> refset.ReferenceSet:
     generic = from_document(json.loads(text))
     got = refset.load(text)
     assert got.to_dict() == generic.to_dict()
+    lazy = refset.load(text, lazy=True)
+    assert sorted(lazy.other.keys.tolist()) == sorted(generic.other.keys.tolist())  # before tables
+    assert lazy.to_dict() == generic.to_dict()
     if fast is not None:
         assert fast.to_dict() == generic.to_dict()
         assert set(fast.grids) == set(generic.grids)
@@ -231,3 +234,56 @@ def test_lazy_reports_bad_chunk_references_at_first_use():
     assert json.loads(rs["a/.zarray"])["shape"][0] == 60
     with pytest.raises(InvalidReferences, match=r'refs\["a/0.0.0"\]\[1\]: offset must be'):
         rs["a/0.0.1"]
+
+
+_TRICKY = {
+    "plain": b"",
+    "root list key": b', "extra": ["s3://x/y.nc", 0, 5]',
+    "odd key under an array": b', "a/01.0.0": ["u", 0, 1], "a/5": ["u", 1, 2], "a/x/9": ["u"]',
+    "metadata key also a list": b', "a/.zattrs": ["u", 0, 3]',
+    "escape ending in a digit": b', "a/x\\u0031": ["u", 0, 3], "bb/\\u00e9": ["u", 3, 4]',
+    "inline chunk also a list": b', "a/0.0.0": "base64:AAAA"',
+    "string key ending in a digit": b', "a/foo1": "text", "grp/sub/n2": "x"',
+}
+_KEYS = [".zgroup", ".zattrs", "a/.zarray", "a/.zattrs", "grp/sub/ccc/.zarray", "a/0.0.0", "a/0.1.2",
+         "a/01.0.0", "a/5", "a/x/9", "a/x1", "bb/é", "a/foo1", "grp/sub/n2", "extra", "nope", "a/nope",
+         "a/99.0.0", "grp/sub/x", "grp/sub/ccc/3.1.1"]
+_DIRS = ["", "a", "a/x", "bb", "grp", "grp/sub", "grp/sub/ccc", "nope", "a/0.0.0"]
+
+
+def _answer(fs, query: str, path: str):
+    try:
+        if query == "get":
+            return fs.refs[path], fs.exists(path)
+        if query == "ls":
+            return sorted((e["name"], e["type"], e["size"]) for e in fs.ls(path, detail=True))
+        return fs.isdir(path), fs.exists(path)
+    except (FileNotFoundError, KeyError) as e:
+        return type(e).__name__
+
+
+@pytest.mark.parametrize("extra", list(_TRICKY.values()), ids=list(_TRICKY))
+def test_lazy_answers_before_classifying_agree_with_eager(extra: bytes):
+    """Each query on a fresh lazy set (so it is answered at the earliest step the reader allows)
+    gives what the fully read set gives."""
+    text = json.dumps(_doc(sep=".")).encode()[:-1] + extra + b"}"
+    eager = refset.ReferenceFileSystem(fo=refset.load(text))
+    queries = [("get", k) for k in _KEYS] + [(q, d) for d in _DIRS for q in ("ls", "dir")]
+    for query, path in queries:
+        lazy = refset.load(text, lazy=True)
+        got = _answer(refset.ReferenceFileSystem(fo=lazy), query, path)
+        assert got == _answer(eager, query, path), (query, path)
+
+
+def test_metadata_and_root_listing_do_not_classify_keys():
+    text = json.dumps(_doc()).encode()
+    lazy = refset.load(text, lazy=True)
+    fs = refset.ReferenceFileSystem(fo=lazy)
+    assert fs.ls("", detail=False) == [".zattrs", ".zgroup", "a", "bb", "grp"]
+    assert fs.ls("grp/sub", detail=False) == ["grp/sub/ccc"]
+    assert fs.cat_file("a/.zarray") == _doc()["a/.zarray"].encode()
+    assert "a/.zgroup" not in lazy and "zarr.json" not in lazy and fs.exists(".zattrs")
+    assert lazy._pending  # all answered from the string values alone
+    assert "a/x1" not in lazy and not lazy._pending  # might be a list key: classified first
+    assert lazy._plan is not None  # ... but the chunk tables are not read yet
+    assert "a/0.0.0" in fs.ls("a", detail=False) and lazy._plan is None  # listing a needs its table

@@ -31,7 +31,7 @@ from .fetch import (
     read_range,
 )
 from .keys import ChunkGrid
-from .model import INLINE, RANGE, Ref, ReferenceSet
+from .model import INLINE, RANGE, KeyTable, Ref, ReferenceSet
 
 __all__ = ["ReferenceFileSystem", "KeyIndex", "clamp"]
 
@@ -74,8 +74,8 @@ class KeyIndex:
         except KeyError:
             return None
 
-    def _other_range(self, prefix: str) -> tuple[int, int]:
-        keys = self.rs.other.keys
+    def _other_range(self, prefix: str, o: KeyTable | None = None) -> tuple[int, int]:
+        keys = (self.rs.other if o is None else o).keys
         if not prefix:
             return 0, len(keys)
         return int(np.searchsorted(keys, prefix)), int(np.searchsorted(keys, prefix + _TOP))
@@ -117,7 +117,7 @@ class KeyIndex:
     def isdir(self, path: str) -> bool:
         if not path:
             return True
-        lo, hi = self._other_range(path + "/")
+        lo, hi = self._other_range(path + "/", self.rs.other_under(path))
         if hi > lo:
             return True
         for a, g in self.rs.grids.items():
@@ -135,8 +135,8 @@ class KeyIndex:
         prefix = f"{path}/" if path else ""
         files: list[tuple[str, int, int, int]] = []
         dirs: dict[str, None] = {}
-        o = self.rs.other
-        lo, hi = self._other_range(prefix)
+        o = self.rs.other_under(path)
+        lo, hi = self._other_range(prefix, o)
         i = lo
         while i < hi:
             k = o.keys[i]

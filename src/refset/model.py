@@ -369,13 +369,20 @@ class ReferenceSet(Mapping[str, Ref]):
         loc = self.locate(key)
         if loc is not None:
             return self._chunk_ref(loc[0], loc[1], key)
-        o = self.other
+        return self._generic_ref(self.other, key)
+
+    def _generic_ref(self, o: KeyTable, key: str) -> Ref:
         i = o.find(key)
         if i < 0:
             raise KeyError(key)
         return self._resolve(
             int(o.kind[i]), int(o.path_id[i]), int(o.offset[i]), int(o.length[i]), o.data[i], key
         )
+
+    def other_under(self, path: str) -> KeyTable:
+        """A table holding every key of :attr:`other` below directory ``path`` (lazy readers may
+        answer with a smaller table before they have read everything)."""
+        return self.other
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str):

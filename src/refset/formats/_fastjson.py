@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import RANGE, WHOLE, Builder, ChunkTable, KeyRouter, Ref, ReferenceSet
+from ..model import RANGE, WHOLE, Builder, ChunkTable, KeyRouter, KeyTable, Ref, ReferenceSet
 
 __all__ = ["fast_load", "MIN_SIZE"]
 
@@ -205,16 +205,32 @@ def _key_tails(
     return pend, ndim, idx
 
 
+def _parallel(fn: Any, items: list[Any]) -> list[Any]:
+    """``[fn(x) for x in items]`` on a few threads (numpy releases the GIL in these passes)."""
+    global _POOL
+    if len(items) < 2:
+        return [fn(x) for x in items]
+    if _POOL is None:
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="refset-json")
+    return list(_POOL.map(fn, items))
+
+
+_POOL: Any = None
+QUOTE_BLOCK = 1 << 24  # bytes scanned per task: bounds the temporary memory
+
+
 def _quotes(data: bytes, a: np.ndarray) -> np.ndarray:
-    """Positions of the unescaped quotes (scanned in blocks to bound temporary memory)."""
+    """Positions of the unescaped quotes."""
     dt = np.int32 if a.size < 2**31 - 64 else np.int64
-    block = 1 << 24
-    parts = [np.flatnonzero(a[o : o + block] == 34).astype(dt) + dt(o) for o in range(0, a.size, block)]
-    q = np.concatenate(parts) if parts else np.zeros(0, dt)
-    if q.size and q[0] == 0:
-        raise _Fallback
-    cand = np.flatnonzero(a[q - 1] == 92) if q.size else q
-    if cand.size:
+
+    def scan(o: int) -> np.ndarray:
+        q = np.flatnonzero(a[o : o + QUOTE_BLOCK] == 34).astype(dt) + dt(o)
+        cand = np.flatnonzero(a[np.maximum(q - 1, 0)] == 92)  # quotes after a backslash
+        if not cand.size:
+            return q
         # a quote is escaped when an odd number of backslashes precede it
         count = np.ones(cand.size, np.int64)
         cur = q[cand].astype(np.int64) - 1
@@ -225,8 +241,11 @@ def _quotes(data: bytes, a: np.ndarray) -> np.ndarray:
             live = live[more]
             cur[live] -= 1
             count[live] += 1
-        q = np.delete(q, cand[count % 2 == 1])
-    if q.size % 2:
+        return np.delete(q, cand[count % 2 == 1])
+
+    parts = _parallel(scan, list(range(0, a.size, QUOTE_BLOCK)))
+    q = np.concatenate(parts) if parts else np.zeros(0, dt)
+    if (q.size and q[0] == 0) or q.size % 2:
         raise _Fallback
     return q
 
@@ -382,6 +401,12 @@ def fast_load(
         return None
     del doc  # the plan owns the text now and lets it go as soon as it can
     if lazy and not (plan.head_doc or {}).get("gen"):
+        if plan.heads is None:
+            try:
+                plan.classify()
+            except _Fallback:
+                box.append(plan.doc.data)
+                return None
         return _LazyJson(plan)
     try:
         return plan.finish()
@@ -420,45 +445,61 @@ class _Plan:
         # string values (metadata, inline data) go through the per-key path; grids need them.
         # A value is a string when the text before its opening quote is ':' (ws allowed), not '['.
         a = doc.a
-        value_open = doc.q[2 * np.arange(doc.first + 1, doc.nstr, 2, dtype=np.int64)].astype(np.int64)
-        before = _skip_ws(a, value_open - 1, -1)
-        is_str = a[before] == 58
-        if not np.all(is_str | (a[before] == 91)):
+        value_open = doc.q[2 * doc.first + 2 :: 4].astype(np.int64)
+        is_str = a[value_open - 1] != 91
+        maybe = np.flatnonzero(is_str)  # '[' right before the quote is a list; else look past ws
+        before = a[_skip_ws(a, value_open[maybe] - 1, -1)]
+        if not np.all((before == 58) | (before == 91)):
             raise _Fallback
+        is_str[maybe] = before == 58
         for m in np.flatnonzero(is_str).tolist():
             ks, ke, vs, ve = (int(x[0]) for x in doc.spans(m, m + 1))
             key = doc.text(ks, ke)
             b.add(key, _inline(doc.data, vs, ve, key, problems))
-        string_keys = set(b.items)
-        del value_open, before
+        if problems:
+            raise _Fallback
+        self.string_keys = set(b.items)
+        self.is_str = is_str
+        del value_open, maybe, before
         self.grids = b.grids()
-        # list values: chunk keys of known grids are classified column-wise per batch, the others
-        # (keys outside any grid) are read one at a time now
-        self.batches: list[tuple[int, int, np.ndarray, list[str], np.ndarray, np.ndarray]] = []
+        self.batches: list[tuple[int, int, np.ndarray, list[str], np.ndarray, np.ndarray]] | None = None
+        self.heads = _list_heads(doc, is_str, self.grids)
+
+    def classify(self) -> None:
+        """Route list-valued members: chunk keys of known grids column-wise per batch, the others
+        (keys outside any grid) one at a time. Idempotent."""
+        if self.batches is not None:
+            return
+        doc, b, is_str = self.doc, self.builder, self.is_str
+        problems: list[str] = []
+        batches = []
         for m0 in range(0, doc.members, KEY_BATCH):
             m1 = min(m0 + KEY_BATCH, doc.members)
             ks, ke = doc.s(doc.first + 2 * np.arange(m0, m1, dtype=np.int64)), doc.e(
                 doc.first + 2 * np.arange(m0, m1, dtype=np.int64))
             lists = np.flatnonzero(~is_str[m0:m1])
             rows, names, aid, flat = _classify(doc, ks, ke, lists, self.grids)
-            self.batches.append((m0, m1, rows, names, aid, flat))
+            batches.append((m0, m1, rows, names, aid, flat))
             one_by_one = np.ones(m1 - m0, bool)
             one_by_one[rows] = False
             one_by_one[is_str[m0:m1]] = False
             for i in np.flatnonzero(one_by_one).tolist():
                 key = doc.text(int(ks[i]), int(ke[i]))
-                if key in string_keys:
+                if key in self.string_keys:
                     raise _Fallback  # a key given twice (text and list): the generic path orders them
                 ref = _member_list(doc, m0 + i, key, problems, self.templates)
                 if ref is not None:
                     b.add(key, ref)
         if problems:
             raise _Fallback
-        if self.grids and _collides(b, KeyRouter(self.grids), self.batches):
+        if self.grids and _collides(b, KeyRouter(self.grids), batches):
             raise _Fallback  # a chunk given both inline and as a range: let the generic path order them
+        self.batches = batches
 
     def finish(self) -> ReferenceSet:
         """Read the chunk references and build the set; releases the text."""
+        self.classify()
+        assert self.batches is not None
         doc, b = self.doc, self.builder
         term = None
         for k0, k1, rows, names, aid, flat in self.batches:
@@ -489,21 +530,73 @@ class _Plan:
 
 
 class _LazyJson(ReferenceSet):
-    """A JSON set whose chunk tables are read on first use (see ``fast_load(lazy=True)``)."""
+    """A JSON set read in steps (see ``fast_load(lazy=True)``).
+
+    At open: strings, metadata and inline values. When every list-valued key lies under an array
+    (``plan.heads``), keys and listings outside the arrays are answered from that; anything else
+    first classifies the list-valued keys (:meth:`_Plan.classify`), and the first chunk read builds
+    the chunk tables (:meth:`_Plan.finish`) and releases the text.
+    """
 
     def __init__(self, plan: _Plan) -> None:
         import threading
 
         b = plan.builder
-        other = b.build_other(plan.grids)
+        self._lock = threading.RLock()
+        self._plan: _Plan | None = plan
+        other = b.build_other(plan.grids)  # registers the URLs of its rows
         super().__init__(list(b.url_ids), {}, other, grids=plan.grids)
         self.stored.update(format="json", version=1 if plan.head_doc is not None else 0)
-        self._plan: _Plan | None = plan
-        self._lock = threading.Lock()
+
+    @property
+    def _pending(self) -> bool:
+        """List-valued keys not classified yet: ``_other`` holds only the string-valued keys."""
+        plan = self._plan
+        return plan is not None and plan.batches is None
+
+    @property  # type: ignore[override]
+    def other(self) -> KeyTable:
+        if self._pending:
+            self._classify()
+        return self._other
+
+    @other.setter
+    def other(self, table: KeyTable) -> None:
+        self._other = table
+
+    def _outside_lists(self, key: str) -> bool:
+        """Whether ``key`` cannot be a list-valued key (see :func:`_list_heads`)."""
+        heads = self._plan.heads if self._plan is not None else None
+        return heads is not None and not ("0" <= key[-1:] <= "9" and key.startswith(heads))
+
+    def __getitem__(self, key: str) -> Ref:
+        if self._pending and isinstance(key, str) and self._outside_lists(key) and self.locate(key) is None:
+            return self._generic_ref(self._other, key)
+        return super().__getitem__(key)
+
+    def other_under(self, path: str) -> KeyTable:
+        if self._pending and self._plan is not None and self._plan.heads is not None and not any(
+            path == p or path.startswith(p + "/") for p in self.grids
+        ):
+            return self._other
+        return self.other
 
     def _load_table(self, path: str) -> ChunkTable:
         self._materialize()
         return self._tables[path]
+
+    def _classify(self) -> None:
+        with self._lock:
+            plan = self._plan
+            if plan is None or plan.batches is not None:
+                return
+            try:
+                plan.classify()
+            except _Fallback:
+                self._materialize()
+                return
+            self._other = plan.builder.build_other(plan.grids)
+            self.urls = list(plan.builder.url_ids)
 
     def _materialize(self) -> None:
         with self._lock:
@@ -519,7 +612,7 @@ class _LazyJson(ReferenceSet):
                                    template_overrides=plan.template_overrides)
             self._tables = dict(rs._tables)
             self.urls = rs.urls
-            self.other = rs.other
+            self._other = rs.other
             self.grids = rs.grids
             self.router = rs.router
             self._plan = None
@@ -527,6 +620,11 @@ class _LazyJson(ReferenceSet):
     def __len__(self) -> int:
         self._materialize()
         return super().__len__()
+
+    def __repr__(self) -> str:
+        if self._pending:  # cheap: fsspec puts the repr of its arguments in its instance tokens
+            return f"<{type(self).__name__}: {len(self.grids)} chunk grids, keys not read yet>"
+        return super().__repr__()
 
 
 def _check_end(a: np.ndarray, rest: int, closers: int) -> None:
@@ -616,6 +714,63 @@ def _classify(
                 tuple(idx[d][rows] for d in reversed(range(g.ndim))), g.grid_shape)
     sel = np.flatnonzero(ok)
     return lists[sel], names, arr_of[sel].astype(np.int16 if len(names) < 2**15 else np.int64), flat[sel]
+
+
+MAX_HEADS = 64  # more arrays than this: list keys are classified at open instead
+_LOW8 = [np.uint64((1 << (8 * n)) - 1) for n in range(9)]  # the first n bytes of a word
+
+
+def _word(part: bytes) -> np.uint64:
+    return np.uint64(int.from_bytes(part, "little"))
+
+
+def _list_heads(doc: _Doc, is_str: np.ndarray, grids: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """``("array/", ...)`` when every list-valued key starts with a known array's path and a '/' and
+    ends with a plain ASCII digit; None otherwise (or when there are no list values).
+
+    Then no list-valued key can be a metadata key, nor lie outside the arrays, so keys and listings
+    outside the arrays are known before the list-valued keys are classified.
+    """
+    import msgspec
+
+    if not grids or len(grids) > MAX_HEADS or "" in grids or is_str.all():
+        return None
+    heads = [p + "/" for p in grids]
+    raws = [msgspec.json.encode(h)[1:-1] for h in heads]
+    if any(b"\\" in r for r in raws):
+        return None
+    W, q = doc.W, doc.q
+    lists = np.flatnonzero(~is_str)
+
+    def check(part: np.ndarray) -> bool:
+        ks = q[2 * doc.first :: 4][part].astype(np.int64) + 1
+        ke = q[2 * doc.first + 1 :: 4][part].astype(np.int64)
+        if ke.min() < 8:
+            return False
+        # the key's last 8 bytes: it must end with a digit that does not end a \uXXXX escape
+        tail = W[ke - 8]
+        last = (tail >> _U8(56)).astype(np.uint8)
+        if not (((last >= 48) & (last <= 57)).all() and ((tail >> _U8(16)) & _U8(0xFF) != 92).all()):
+            return False
+        del tail, last
+        # a key that matches a head is longer than it (it ends with a digit, the head with '/'); a
+        # shorter one does not match (its closing quote meets a head byte, and heads hold no quote)
+        first = W[ks]  # the key's first 8 bytes
+        under = np.zeros(ks.size, bool)
+        for raw in raws:
+            hit = (first & _LOW8[min(len(raw), 8)]) == _word(raw[:8])
+            if len(raw) > 8:
+                idx = np.flatnonzero(hit)
+                sub = np.ones(idx.size, bool)
+                for o in range(8, len(raw), 8):
+                    piece = raw[o : o + 8]
+                    sub &= (W[ks[idx] + o] & _LOW8[len(piece)]) == _word(piece)
+                hit[idx] = sub
+            under |= hit
+        return bool(under.all())
+
+    parts = np.array_split(lists, max(1, min(8, lists.size // KEY_BATCH)))
+    return tuple(heads) if all(_parallel(check, parts)) else None
 
 
 def _columns(
