@@ -1,7 +1,7 @@
 """Benchmark (a): ``xr.open_dataset`` of a large JSON reference set, refset vs fsspec+zarr.
 
-Each peer runs in its own child process (imports included); we report whole-process wall time and
-peak RSS (``wait4`` rusage of that child), the median of ``--repeat`` runs, peers interleaved.
+Each peer runs in its own child process (imports included, refset's bytecode compiled first like
+the peers' in site-packages); we report whole-process wall time and peak RSS (``wait4`` rusage of that child), the median of ``--repeat`` runs, peers interleaved.
 
 usage: python bench/bench_open.py [/work/bench-data/refs.json] [--repeat 3]
 The default input is made by ``python ../shared/bench/synth_refs.py refs.json --files 1000 --grid 24x48``.
@@ -70,6 +70,10 @@ def main() -> None:
                          "temporary directory)")
     a = ap.parse_args()
     peers = a.peers.split(",")
+    # refset's bytecode, as an installed package has it (the peers' is in site-packages); without
+    # it a PYTHONDONTWRITEBYTECODE environment recompiles refset in every child
+    subprocess.run([sys.executable, "-c", "import compileall, os, refset; "
+                    "compileall.compile_dir(os.path.dirname(refset.__file__), quiet=1)"], check=True)
     tmp = tempfile.mkdtemp(prefix="refset-bench-")
     base = os.path.join(tmp, "refs")
     if any(p.startswith("refset-") for p in peers):
