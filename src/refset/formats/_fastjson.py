@@ -219,7 +219,7 @@ def _parallel(fn: Any, items: list[Any]) -> list[Any]:
 
 
 _POOL: Any = None
-QUOTE_BLOCK = 1 << 24  # bytes scanned per task: bounds the temporary memory
+QUOTE_BLOCK = 1 << 22  # bytes scanned per task: its temporaries stay small and are reused
 
 
 def _quotes(data: bytes, a: np.ndarray) -> np.ndarray:
