@@ -244,11 +244,13 @@ _TRICKY = {
     "escape ending in a digit": b', "a/x\\u0031": ["u", 0, 3], "bb/\\u00e9": ["u", 3, 4]',
     "inline chunk also a list": b', "a/0.0.0": "base64:AAAA"',
     "string key ending in a digit": b', "a/foo1": "text", "grp/sub/n2": "x"',
+    "small array, a chunk inline and as a list": b', "t/.zarray": ' + json.dumps(zarray([4], [1])).encode()
+    + b', "t/0": ["u", 0, 1], "t/1": ["u", 1, 1], "t/0": "base64:AAAA", "t/01": ["u", 9, 9]',
 }
 _KEYS = [".zgroup", ".zattrs", "a/.zarray", "a/.zattrs", "grp/sub/ccc/.zarray", "a/0.0.0", "a/0.1.2",
          "a/01.0.0", "a/5", "a/x/9", "a/x1", "bb/é", "a/foo1", "grp/sub/n2", "extra", "nope", "a/nope",
-         "a/99.0.0", "grp/sub/x", "grp/sub/ccc/3.1.1"]
-_DIRS = ["", "a", "a/x", "bb", "grp", "grp/sub", "grp/sub/ccc", "nope", "a/0.0.0"]
+         "a/99.0.0", "grp/sub/x", "grp/sub/ccc/3.1.1", "t/0", "t/1", "t/01"]
+_DIRS = ["", "a", "a/x", "bb", "grp", "grp/sub", "grp/sub/ccc", "nope", "a/0.0.0", "t"]
 
 
 def _answer(fs, query: str, path: str):
@@ -287,3 +289,35 @@ def test_metadata_and_root_listing_do_not_classify_keys():
     assert "a/x1" not in lazy and not lazy._pending  # might be a list key: classified first
     assert lazy._plan is not None  # ... but the chunk tables are not read yet
     assert "a/0.0.0" in fs.ls("a", detail=False) and lazy._plan is None  # listing a needs its table
+
+
+def test_lazy_reads_a_small_array_on_its_own():
+    """A coordinate's chunks are read from its own members; the big arrays wait (the text stays)."""
+    d = _doc()
+    d["t/.zarray"] = zarray([60], [60])
+    d["t/0"] = ["s3://bucket/coords.nc", 100, 240]
+    d["y/.zarray"] = zarray([40], [10])
+    d.update({f"y/{i}": ["s3://bucket/coords.nc", 400 + 40 * i, 40] for i in (0, 1, 3)})
+    d["y/2"] = "base64:" + "A" * 56  # inline, beside list members of the same array
+    text = json.dumps(d).encode()
+    eager, lazy = refset.load(text), refset.load(text, lazy=True)
+    assert lazy.table("t").kind.tolist() == [1]
+    assert lazy._plan is not None and lazy._pending  # neither read everything nor classified
+    for path in ("t", "y"):
+        assert list(lazy.items_of(path)) == list(eager.items_of(path))
+    assert lazy["y/1"] == eager["y/1"] and lazy["y/2"] == eager["y/2"] and lazy._plan is not None
+    assert lazy.to_dict() == eager.to_dict()
+
+
+def test_lazy_sparse_grid_keeps_its_keys():
+    """A grid too sparse for a dense table is known at open, so its keys are found at once."""
+    d = _doc()
+    d["s/.zarray"] = zarray([10**9], [1])
+    d["s/5"], d["s/77"] = ["u", 0, 1], ["u", 1, 2]
+    text = json.dumps(d).encode()
+    lazy = refset.load(text, lazy=True)
+    assert "s" not in lazy.grids
+    assert lazy["s/5"] == ("u", 0, 1) and "s/6" not in lazy
+    assert refset.ReferenceFileSystem(fo=refset.load(text, lazy=True)).ls("s", detail=False) == [
+        "s/.zarray", "s/5", "s/77"]
+    assert lazy.to_dict() == refset.load(text).to_dict()

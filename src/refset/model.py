@@ -9,7 +9,7 @@ stored once in a table shared by the whole set and referred to by ``path_id``.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -276,6 +276,11 @@ class KeyRouter:
                     flat = flat * n + i
                 return head, flat
         return None
+
+
+def sparse_grid(grid: ChunkGrid, entries: int) -> bool:
+    """Whether a grid with (at most) ``entries`` chunk references is too sparse to index densely."""
+    return grid.nchunks > max(DENSE_MIN_CHUNKS, DENSE_FACTOR * entries)
 
 
 def array_key(path: str, suffix: str) -> str:
@@ -611,7 +616,9 @@ class Builder:
                    if not grids or router.locate(k) is None}
         return KeyTable.from_items(generic)
 
-    def build(self) -> ReferenceSet:
+    def build(self, dense: Collection[str] | None = None) -> ReferenceSet:
+        """The set; arrays too sparse for a dense table keep their chunk keys as generic keys,
+        except those named in ``dense``."""
         url_ids = self.url_ids
         row = self._row
 
@@ -644,7 +651,7 @@ class Builder:
         for path, g in grids.items():
             chunks = parts.pop(path)
             n = sum(len(c[0]) for c in chunks)
-            if g.nchunks > max(DENSE_MIN_CHUNKS, DENSE_FACTOR * n):
+            if (dense is None or path not in dense) and sparse_grid(g, n):
                 # too sparse to index densely: keep its chunk keys as generic keys
                 for c in chunks:
                     for f, k, p, o, ln in zip(*(a.tolist() for a in c)):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import RANGE, WHOLE, Builder, ChunkTable, KeyRouter, KeyTable, Ref, ReferenceSet
+from ..model import RANGE, WHOLE, Builder, ChunkTable, KeyRouter, KeyTable, Ref, ReferenceSet, sparse_grid
 
 __all__ = ["fast_load", "MIN_SIZE"]
 
@@ -316,13 +316,14 @@ def _envelope(doc: _Doc) -> tuple[dict[str, Any] | None, int]:
     return rest, 2
 
 
-def _shape(doc: _Doc, m0: int, m1: int) -> tuple[np.ndarray, ...]:
-    """Check members m0..m1 and find their parts.
+def _shape(doc: _Doc, m: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Check members ``m`` (ascending member numbers) and find their parts.
 
     Returns key/value spans, ``is_arr`` (value is a list), ``whole`` ([url]), offset and length.
     """
     a, W = doc.a, doc.W
-    ks, ke, vs, ve = doc.spans(m0, m1)
+    j = doc.first + 2 * m
+    ks, ke, vs, ve = doc.s(j), doc.e(j), doc.s(j + 1), doc.e(j + 1)
     n = ks.size
     # between key and value: ws ':' ws ( '"' | '[' ws '"' )
     p = _skip_ws(a, ke + 1, 1)
@@ -364,12 +365,11 @@ def _shape(doc: _Doc, m0: int, m1: int) -> tuple[np.ndarray, ...]:
         offset[three] = _parse_uints(W, a, s1, e1)
         length[three] = _parse_uints(W, a, s2, e2)
     # members are separated by ',' and the body ends with '}'
-    last = m1 == doc.members
-    tc = a[term]
-    if not (np.all(tc[: n - 1] == 44) and tc[n - 1] == (125 if last else 44)):
+    more = m < doc.members - 1
+    if not np.all(a[term] == np.where(more, 44, 125)):
         raise _Fallback
-    nxt_key = doc.s(doc.first + 2 * np.arange(m0 + 1, m0 + n + (0 if last else 1), dtype=np.int64)) - 1
-    if np.any(_skip_ws(a, term[: nxt_key.size] + 1, 1) != nxt_key):
+    nxt_key = doc.s(doc.first + 2 * (m[more] + 1)) - 1
+    if np.any(_skip_ws(a, term[more] + 1, 1) != nxt_key):
         raise _Fallback
     return ks, ke, vs, ve, is_arr, whole, offset, length, term
 
@@ -407,6 +407,7 @@ def fast_load(
             except _Fallback:
                 box.append(plan.doc.data)
                 return None
+        plan.settle_grids()
         return _LazyJson(plan)
     try:
         return plan.finish()
@@ -496,6 +497,49 @@ class _Plan:
             raise _Fallback  # a chunk given both inline and as a range: let the generic path order them
         self.batches = batches
 
+    def settle_grids(self) -> None:
+        """Drop the grids too sparse to index densely, judged from an upper bound of their entries,
+        so that the grids known at open are those of the finished set (see ``Builder.build``)."""
+        upper = dict.fromkeys(self.grids, 0)
+        router = KeyRouter(self.grids)
+        for key in self.builder.items:
+            hit = router.locate(key)
+            if hit is not None:
+                upper[hit[0]] += 1
+        if self.batches is not None:
+            for _m0, _m1, _rows, names, aid, _flat in self.batches:
+                for j, n in enumerate(np.bincount(aid, minlength=len(names)).tolist()):
+                    upper[names[j]] += n
+        elif self.heads is not None:
+            for path, n in self.heads.count.items():
+                upper[path] += n
+        self.grids = {p: g for p, g in self.grids.items() if not sparse_grid(g, upper[p])}
+
+    def table(self, path: str) -> ChunkTable | None:
+        """The chunk table of a small array read on its own (its members only), or None when it
+        is read with all the others."""
+        heads, g = self.heads, self.grids.get(path)
+        members = heads.small.get(path) if heads is not None and self.batches is None else None
+        if members is None or g is None or g.separator != "." or g.prefix or g.ndim == 0:
+            return None
+        doc = self.doc
+        j = doc.first + 2 * members
+        rows, names, aid, flat = _classify(doc, doc.s(j), doc.e(j), np.arange(members.size), {path: g})
+        b = Builder({path: g})
+        b.url_ids = self.builder.url_ids  # one URL table: ids stay valid when everything is read
+        router = KeyRouter({path: g})
+        for key, ref in self.builder.items.items():  # inline chunks of this array
+            hit = router.locate(key)
+            if hit is not None:
+                if np.isin(flat, hit[1]).any():
+                    raise _Fallback  # given inline and as a list: the generic path orders them
+                b.add(key, ref)
+        m = members[rows]
+        _ks, _ke, vs, ve, _is_arr, whole, offset, length, _term = _shape(doc, m)
+        _columns(doc, np.arange(m.size), names, aid, flat, vs, ve, whole, offset, length,
+                 self.templates, b)
+        return b.build(dense={path}).table(path)
+
     def finish(self) -> ReferenceSet:
         """Read the chunk references and build the set; releases the text."""
         self.classify()
@@ -506,7 +550,8 @@ class _Plan:
             for m0 in range(k0, k1, BATCH):  # smaller batches here: the costly part, more memory
                 m1 = min(m0 + BATCH, k1)
                 lo, hi = np.searchsorted(rows, [m0 - k0, m1 - k0])
-                _ks, _ke, vs, ve, _is_arr, whole, offset, length, term = _shape(doc, m0, m1)
+                _ks, _ke, vs, ve, _is_arr, whole, offset, length, term = _shape(
+                    doc, np.arange(m0, m1, dtype=np.int64))
                 _columns(doc, rows[lo:hi] - (m0 - k0), names, aid[lo:hi], flat[lo:hi], vs, ve, whole,
                          offset, length, self.templates, b)
         if term is not None:
@@ -524,7 +569,7 @@ class _Plan:
                 from ..errors import InvalidReferences
 
                 raise InvalidReferences(problems)
-        rs = b.build()
+        rs = b.build(dense=self.grids)
         rs.stored.update(format="json", version=1 if self.head_doc is not None else 0)
         return rs
 
@@ -567,7 +612,7 @@ class _LazyJson(ReferenceSet):
     def _outside_lists(self, key: str) -> bool:
         """Whether ``key`` cannot be a list-valued key (see :func:`_list_heads`)."""
         heads = self._plan.heads if self._plan is not None else None
-        return heads is not None and not ("0" <= key[-1:] <= "9" and key.startswith(heads))
+        return heads is not None and not ("0" <= key[-1:] <= "9" and key.startswith(heads.prefixes))
 
     def __getitem__(self, key: str) -> Ref:
         if self._pending and isinstance(key, str) and self._outside_lists(key) and self.locate(key) is None:
@@ -575,15 +620,24 @@ class _LazyJson(ReferenceSet):
         return super().__getitem__(key)
 
     def other_under(self, path: str) -> KeyTable:
-        if self._pending and self._plan is not None and self._plan.heads is not None and not any(
-            path == p or path.startswith(p + "/") for p in self.grids
-        ):
+        heads = self._plan.heads if self._plan is not None else None
+        if self._pending and heads is not None and not heads.inside(path):
             return self._other
         return self.other
 
     def _load_table(self, path: str) -> ChunkTable:
-        self._materialize()
-        return self._tables[path]
+        with self._lock:
+            plan = self._plan
+            if plan is not None:
+                try:
+                    table = plan.table(path)
+                except _Fallback:
+                    table = None
+                if table is not None:  # a small array (a coordinate): read on its own
+                    self.urls = list(plan.builder.url_ids)
+                    return table
+            self._materialize()
+            return self._tables[path]
 
     def _classify(self) -> None:
         with self._lock:
@@ -724,9 +778,24 @@ def _word(part: bytes) -> np.uint64:
     return np.uint64(int.from_bytes(part, "little"))
 
 
-def _list_heads(doc: _Doc, is_str: np.ndarray, grids: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """``("array/", ...)`` when every list-valued key starts with a known array's path and a '/' and
-    ends with a plain ASCII digit; None otherwise (or when there are no list values).
+class _Heads:
+    """Where the list-valued keys lie, when each starts with a known array path and a '/' and ends
+    with a plain ASCII digit (see :func:`_list_heads`)."""
+
+    def __init__(self, paths: list[str], counts: list[int], small: list[np.ndarray | None]) -> None:
+        self.prefixes = tuple(p + "/" for p in paths)
+        self.count = dict(zip(paths, counts, strict=True))  # list keys under each array
+        # members whose keys lie under an array holding at most 1/8 of the list keys
+        self.small = {p: m for p, m in zip(paths, small, strict=True) if m is not None}
+
+    def inside(self, path: str) -> bool:
+        """Whether ``path`` is an array or lies inside one."""
+        return (path + "/").startswith(self.prefixes)
+
+
+def _list_heads(doc: _Doc, is_str: np.ndarray, grids: Mapping[str, Any]) -> _Heads | None:
+    """A :class:`_Heads` when every list-valued key starts with a known array's path and a '/'
+    and ends with a plain ASCII digit; None otherwise (or when there are no list values).
 
     Then no list-valued key can be a metadata key, nor lie outside the arrays, so keys and listings
     outside the arrays are known before the list-valued keys are classified.
@@ -735,28 +804,29 @@ def _list_heads(doc: _Doc, is_str: np.ndarray, grids: Mapping[str, Any]) -> tupl
 
     if not grids or len(grids) > MAX_HEADS or "" in grids or is_str.all():
         return None
-    heads = [p + "/" for p in grids]
-    raws = [msgspec.json.encode(h)[1:-1] for h in heads]
+    paths = list(grids)
+    raws = [msgspec.json.encode(p + "/")[1:-1] for p in paths]
     if any(b"\\" in r for r in raws):
         return None
     W, q = doc.W, doc.q
     lists = np.flatnonzero(~is_str)
 
-    def check(part: np.ndarray) -> bool:
+    def check(part: np.ndarray) -> list[tuple[int, np.ndarray | None]] | None:
         ks = q[2 * doc.first :: 4][part].astype(np.int64) + 1
         ke = q[2 * doc.first + 1 :: 4][part].astype(np.int64)
         if ke.min() < 8:
-            return False
+            return None
         # the key's last 8 bytes: it must end with a digit that does not end a \uXXXX escape
         tail = W[ke - 8]
         last = (tail >> _U8(56)).astype(np.uint8)
         if not (((last >= 48) & (last <= 57)).all() and ((tail >> _U8(16)) & _U8(0xFF) != 92).all()):
-            return False
+            return None
         del tail, last
         # a key that matches a head is longer than it (it ends with a digit, the head with '/'); a
         # shorter one does not match (its closing quote meets a head byte, and heads hold no quote)
         first = W[ks]  # the key's first 8 bytes
         under = np.zeros(ks.size, bool)
+        out: list[tuple[int, np.ndarray | None]] = []
         for raw in raws:
             hit = (first & _LOW8[min(len(raw), 8)]) == _word(raw[:8])
             if len(raw) > 8:
@@ -767,10 +837,21 @@ def _list_heads(doc: _Doc, is_str: np.ndarray, grids: Mapping[str, Any]) -> tupl
                     sub &= (W[ks[idx] + o] & _LOW8[len(piece)]) == _word(piece)
                 hit[idx] = sub
             under |= hit
-        return bool(under.all())
+            n = int(np.count_nonzero(hit))
+            out.append((n, part[hit] if 8 * n <= part.size else None))
+        return out if under.all() else None
 
     parts = np.array_split(lists, max(1, min(8, lists.size // KEY_BATCH)))
-    return tuple(heads) if all(_parallel(check, parts)) else None
+    found = _parallel(check, parts)
+    done = [f for f in found if f is not None]
+    if len(done) != len(found):
+        return None
+    counts = [sum(f[i][0] for f in done) for i in range(len(paths))]
+    small: list[np.ndarray | None] = []
+    for i in range(len(paths)):
+        got = [f[i][1] for f in done]
+        small.append(np.concatenate(got) if all(g is not None for g in got) else None)
+    return _Heads(paths, counts, small)
 
 
 def _columns(
