@@ -238,6 +238,12 @@ def test_mixed_protocols(ncdir, server) -> None:
     assert {k: fs.cat_file(k) for k in refs} == want
     assert FsspecRFS(fo=refs, fs={"memory": mem, "file": fsspec.filesystem("file"),
                                   "http": fsspec.filesystem("http")}).cat(list(refs)) == want
+    # remote_protocol names the filesystem of protocol-less URLs; the other protocols still work
+    # (fsspec then creates only that one filesystem and fails on the others: docs/compat.md)
+    one = ReferenceFileSystem(fo=refs, remote_protocol="memory")
+    assert one.cat_file("u") == b"local" and one.cat_file("m") == b"bytes"
+    with pytest.raises(Exception, match="file://"):
+        FsspecRFS(fo=refs, remote_protocol="memory").cat_file("u")
 
 
 def test_fs_dict_and_instance(tmp_path) -> None:
