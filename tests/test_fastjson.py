@@ -321,3 +321,24 @@ def test_lazy_sparse_grid_keeps_its_keys():
     assert refset.ReferenceFileSystem(fo=refset.load(text, lazy=True)).ls("s", detail=False) == [
         "s/.zarray", "s/5", "s/77"]
     assert lazy.to_dict() == refset.load(text).to_dict()
+
+
+def test_reading_in_a_forked_child_does_not_hang():
+    """The reader's thread pool is per process: a child forked after the parent used it (say by
+    multiprocessing or Dask's process scheduler) gets its own instead of waiting forever."""
+    import multiprocessing
+
+    from refset.formats._fastjson import QUOTE_BLOCK
+
+    text = json.dumps(_doc(n_files=4000)).encode()
+    assert len(text) > 2 * QUOTE_BLOCK  # scanned on the pool
+    want = len(refset.load(text, lazy=True))
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=lambda: queue.put(len(refset.load(text, lazy=True))))
+    child.start()
+    child.join(60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked child hung")
+    assert queue.get(timeout=5) == want

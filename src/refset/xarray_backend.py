@@ -142,18 +142,6 @@ def _selected_chunks(key: Any, shape: tuple[int, ...], chunks: tuple[int, ...]) 
     return np.ravel_multi_index(tuple(m.ravel() for m in mesh), grid)
 
 
-_POOL: Any = None
-
-
-def _pool() -> Any:
-    global _POOL
-    if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="refset")
-    return _POOL
-
-
 def _fast_ok(arr: Any, key: Any, store: Any) -> bool:
     """A zarr v2 array of fixed-size values read with slices of step 1 and integers: refset decodes
     it directly with its numcodecs codecs (zarr's pipeline costs about a millisecond per chunk)."""
@@ -177,6 +165,8 @@ def _fast_ok(arr: Any, key: Any, store: Any) -> bool:
 def _fast_read(arr: Any, key: tuple[Any, ...], store: Any, sync: Any) -> Any:
     import numpy as np
     from numcodecs.compat import ensure_ndarray_like
+
+    from ._threads import parallel_map
 
     meta = arr.metadata
     shape, chunks = tuple(arr.shape), tuple(meta.chunks)
@@ -226,7 +216,7 @@ def _fast_read(arr: Any, key: tuple[Any, ...], store: Any, sync: Any) -> Any:
 
         n, parts = len(data), 4 * max(2, os.cpu_count() or 2)
         step = max(1, -(-n // parts))
-        list(_pool().map(place_many, [range(i, min(i + step, n)) for i in range(0, n, step)]))
+        parallel_map(place_many, [range(i, min(i + step, n)) for i in range(0, n, step)])
     rel = []
     for k, s, n in zip(sel, box_start, shape, strict=True):
         if isinstance(k, slice):

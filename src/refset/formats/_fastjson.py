@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .._threads import parallel_map
 from ..model import RANGE, WHOLE, Builder, ChunkTable, KeyRouter, KeyTable, Ref, ReferenceSet, sparse_grid
 
 __all__ = ["fast_load", "MIN_SIZE"]
@@ -205,20 +206,6 @@ def _key_tails(
     return pend, ndim, idx
 
 
-def _parallel(fn: Any, items: list[Any]) -> list[Any]:
-    """``[fn(x) for x in items]`` on a few threads (numpy releases the GIL in these passes)."""
-    global _POOL
-    if len(items) < 2:
-        return [fn(x) for x in items]
-    if _POOL is None:
-        import os
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = ThreadPoolExecutor(max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="refset-json")
-    return list(_POOL.map(fn, items))
-
-
-_POOL: Any = None
 QUOTE_BLOCK = 1 << 22  # bytes scanned per task: its temporaries stay small and are reused
 
 
@@ -243,7 +230,7 @@ def _quotes(data: bytes, a: np.ndarray) -> np.ndarray:
             count[live] += 1
         return np.delete(q, cand[count % 2 == 1])
 
-    parts = _parallel(scan, list(range(0, a.size, QUOTE_BLOCK)))
+    parts = parallel_map(scan, list(range(0, a.size, QUOTE_BLOCK)))
     q = np.concatenate(parts) if parts else np.zeros(0, dt)
     if (q.size and q[0] == 0) or q.size % 2:
         raise _Fallback
@@ -664,11 +651,12 @@ class _LazyJson(ReferenceSet):
 
                 rs = from_document(decode_json(plan.doc.data), max_gen=plan.max_gen or 100_000_000,
                                    template_overrides=plan.template_overrides)
-            self._tables = dict(rs._tables)
+            # URLs first: a reader in another thread may meet the new tables before this ends
             self.urls = rs.urls
             self._other = rs.other
             self.grids = rs.grids
             self.router = rs.router
+            self._tables = dict(rs._tables)
             self._plan = None
 
     def __len__(self) -> int:
@@ -842,7 +830,7 @@ def _list_heads(doc: _Doc, is_str: np.ndarray, grids: Mapping[str, Any]) -> _Hea
         return out if under.all() else None
 
     parts = np.array_split(lists, max(1, min(8, lists.size // KEY_BATCH)))
-    found = _parallel(check, parts)
+    found = parallel_map(check, parts)
     done = [f for f in found if f is not None]
     if len(done) != len(found):
         return None

@@ -1,0 +1,40 @@
+"""One small thread pool for numpy passes that release the GIL (shared by the readers and the
+xarray backend). A forked child gets a new one: the parent's worker threads do not exist there."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_POOL: ThreadPoolExecutor | None = None
+_LOCK = threading.Lock()
+
+
+def pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="refset")
+        return _POOL
+
+
+def parallel_map(fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
+    """``[fn(x) for x in items]``, on the pool when there is more than one item."""
+    items = list(items)
+    if len(items) < 2:
+        return [fn(x) for x in items]
+    return list(pool().map(fn, items))
+
+
+def _forget() -> None:
+    global _POOL, _LOCK
+    _POOL, _LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget)
