@@ -342,3 +342,85 @@ def test_reading_in_a_forked_child_does_not_hang():
         child.kill()
         pytest.fail("the forked child hung")
     assert queue.get(timeout=5) == want
+
+
+def _agree(text: bytes, keys: list[str], dirs: tuple[str, ...] = ()) -> None:
+    """Fresh lazy sets answer each query like the generic parser (first query on each)."""
+    generic = from_document(json.loads(text))
+    want = {k: generic.get(k) for k in keys}
+    for k in keys:
+        assert refset.load(text, lazy=True).get(k) == want[k], k
+        assert refset.load(text).get(k) == want[k], k
+    for d in dirs:
+        got = refset.ReferenceFileSystem(fo=refset.load(text, lazy=True)).ls(d, detail=False)
+        assert got == refset.ReferenceFileSystem(fo=generic).ls(d, detail=False), d
+    assert refset.load(text, lazy=True).to_dict() == generic.to_dict()
+
+
+def test_review_cases_of_the_lazy_reader():
+    """Each document broke the lazy (and some the eager) reader at one point."""
+    # a key near the end sharing only its first 8 bytes with a long array path
+    d = _doc()
+    long = "abcdefgh/" + "x" * 40
+    d[long + "/.zarray"], d[long + "/0"], d["abcdefgh1"] = zarray([4], [1]), ["u", 0, 1], ["u", 5, 6]
+    _agree(json.dumps(d, separators=(",", ":")).encode(), ["abcdefgh1", long + "/0"])
+    # a small array's chunk spelled with an escape, read first through its table
+    d = {"t/.zarray": zarray([60], [1]), **_doc(), "t/0": ["s3://b/c.nc", 100, 240]}
+    text = json.dumps(d).encode()[:-1] + b', "t/\\u00312": ["s3://b/c.nc", 400, 8]}'
+    lazy = refset.load(text, lazy=True)
+    assert len(list(lazy.items_of("t"))) == 2 and lazy["t/12"] == ("s3://b/c.nc", 400, 8)
+    _agree(text, ["t/12", "t/0"], ("t",))
+    # a chunk of an inner array whose escaped spelling matches only the outer array's path
+    d = {**_doc(), "a/b/.zarray": zarray([4], [1]), "a/b/0": ["u", 0, 1]}
+    _agree(json.dumps(d).encode()[:-1] + b', "a/\\u0062/1": ["u", 1, 1]}', ["a/b/1", "a/b/0"], ("a/b",))
+    # a missing chunk of a small 3-D array none of whose keys has three indices
+    d = {**_doc(), "t/.zarray": zarray([4, 4, 4], [1, 1, 1]), "t/5": ["u", 0, 1]}
+    _agree(json.dumps(d).encode(), ["t/0.0.0", "t/5"])
+    # a batch in which no key reaches a grid's number of dimensions
+    d = {"big/.zarray": zarray([5000], [1]), "t/.zarray": zarray([4, 4, 4], [1, 1, 1]), "t/5": ["u", 0, 1]}
+    d.update({f"big/{i}": ["s3://b/f.nc", i, 1] for i in range(3000)})
+    _agree(json.dumps(d).encode(), ["t/5", "big/7"])
+    # a sparse grid beside a list key outside the arrays (classified at open)
+    d = {**_doc(), "s/.zarray": zarray([10**9], [1]), "s/5": ["u", 0, 1], "extra": ["s3://x", 0, 5]}
+    _agree(json.dumps(d).encode(), ["s/5", "s/6", "extra"], ("s", ""))
+
+
+def test_eager_reader_keeps_huge_sparse_grids_generic():
+    d = {**_doc(), "s/.zarray": zarray([10**12], [1]), "s/5": ["u", 0, 1]}
+    rs = refset.load(json.dumps(d).encode())
+    assert rs["s/5"] == ("u", 0, 1) and "s" not in rs.grids
+
+
+def test_lazy_finishing_with_the_generic_parser_keeps_the_grids():
+    """A duplicate given as text and as a list sends the first table read to the generic parser;
+    it must finish with the grids seen at open."""
+    d = {".zgroup": '{"zarr_format": 2}', "a/.zarray": zarray([2_000_000], [1]), "a/0": ["u", 0, 1]}
+    d.update({f"a/x/{i}": ["u", i, 1] for i in range(130_000)})
+    text = json.dumps(d).encode()[:-1] + b', "a/x/1": "text"}'
+    lazy = refset.load(text, lazy=True)
+    assert lazy["a/0"] == ("u", 0, 1) and lazy["a/x/1"] == b"text"
+
+
+def test_odd_number_of_quotes_is_invalid_references():
+    text = json.dumps(_doc()).encode()[:-1] + b', "x": "a""}'
+    for lazy in (False, True):
+        with pytest.raises(InvalidReferences):
+            refset.load(text, lazy=lazy)
+
+
+def test_keys_read_while_another_thread_finishes_reading():
+    import threading
+    import time
+
+    d = {".zgroup": '{"zarr_format": 2}', "a/.zarray": zarray([200_000], [1])}
+    d.update({f"a/{i}": ["s3://b/f.nc", i, 1] for i in range(200_000)})
+    d["a/x1"] = ["s3://b/odd.nc", 7, 8]
+    lazy = refset.load(json.dumps(d).encode(), lazy=True)
+    plan = lazy._plan
+    reader = threading.Thread(target=lambda: lazy["a/0"])
+    reader.start()
+    while plan.batches is None and reader.is_alive():  # the reader is inside the costly step
+        time.sleep(0.0001)
+    assert lazy["a/x1"] == ("s3://b/odd.nc", 7, 8)
+    assert "a/x1" in refset.ReferenceFileSystem(fo=lazy).ls("a", detail=False)
+    reader.join()

@@ -380,13 +380,14 @@ def fast_load(
     box = data if isinstance(data, list) else [data]
     if len(box[0]) < MIN_SIZE:
         return None
-    doc = _Doc(box.pop())
+    data = box.pop()
     try:
-        plan = _Plan(doc, template_overrides, max_gen)
+        plan = _Plan(_Doc(data), template_overrides, max_gen)
     except _Fallback:
-        box.append(doc.data)
+        box.append(data)
         return None
-    del doc  # the plan owns the text now and lets it go as soon as it can
+    del data
+    # the plan owns the text now and lets it go as soon as it can
     if lazy and not (plan.head_doc or {}).get("gen"):
         if plan.heads is None:
             try:
@@ -451,6 +452,7 @@ class _Plan:
         del value_open, maybe, before
         self.grids = b.grids()
         self.batches: list[tuple[int, int, np.ndarray, list[str], np.ndarray, np.ndarray]] | None = None
+        self.dense: set[str] | None = None  # set by settle_grids (lazy reading)
         self.heads = _list_heads(doc, is_str, self.grids)
 
     def classify(self) -> None:
@@ -486,7 +488,8 @@ class _Plan:
 
     def settle_grids(self) -> None:
         """Drop the grids too sparse to index densely, judged from an upper bound of their entries,
-        so that the grids known at open are those of the finished set (see ``Builder.build``)."""
+        and keep the others dense (``self.dense``, for ``Builder.build``), so that the grids known
+        at open are those of the finished set whichever way it is finished."""
         upper = dict.fromkeys(self.grids, 0)
         router = KeyRouter(self.grids)
         for key in self.builder.items:
@@ -498,9 +501,16 @@ class _Plan:
                 for j, n in enumerate(np.bincount(aid, minlength=len(names)).tolist()):
                     upper[names[j]] += n
         elif self.heads is not None:
-            for path, n in self.heads.count.items():
-                upper[path] += n
-        self.grids = {p: g for p, g in self.grids.items() if not sparse_grid(g, upper[p])}
+            # a key spelled with escapes may lie under an inner array but match only an outer head
+            for path in upper:
+                upper[path] += sum(n for p, n in self.heads.count.items() if (path + "/").startswith(p + "/"))
+        keep = {p: g for p, g in self.grids.items() if not sparse_grid(g, upper[p])}
+        if len(keep) < len(self.grids):
+            self.grids = keep
+            if self.batches is not None:  # classified with the dropped grids: again without them
+                self.batches = None
+                self.classify()
+        self.dense = set(self.grids)
 
     def table(self, path: str) -> ChunkTable | None:
         """The chunk table of a small array read on its own (its members only), or None when it
@@ -509,12 +519,20 @@ class _Plan:
         members = heads.small.get(path) if heads is not None and self.batches is None else None
         if members is None or g is None or g.separator != "." or g.prefix or g.ndim == 0:
             return None
+        if any((path + "/").startswith(h) for h in heads.prefixes if h != path + "/"):  # type: ignore[union-attr]
+            return None  # inside another array: its keys may match only the outer head
         doc = self.doc
         j = doc.first + 2 * members
-        rows, names, aid, flat = _classify(doc, doc.s(j), doc.e(j), np.arange(members.size), {path: g})
+        ks, ke = doc.s(j), doc.e(j)
+        rows, names, aid, flat = _classify(doc, ks, ke, np.arange(members.size), {path: g})
+        router = KeyRouter({path: g})
+        rest = np.ones(members.size, bool)
+        rest[rows] = False
+        for i in np.flatnonzero(rest).tolist():  # spelled another way (escapes) yet one of its chunks?
+            if router.locate(doc.text(int(ks[i]), int(ke[i]))) is not None:
+                return None
         b = Builder({path: g})
         b.url_ids = self.builder.url_ids  # one URL table: ids stay valid when everything is read
-        router = KeyRouter({path: g})
         for key, ref in self.builder.items.items():  # inline chunks of this array
             hit = router.locate(key)
             if hit is not None:
@@ -556,7 +574,7 @@ class _Plan:
                 from ..errors import InvalidReferences
 
                 raise InvalidReferences(problems)
-        rs = b.build(dense=self.grids)
+        rs = b.build(dense=self.dense)
         rs.stored.update(format="json", version=1 if self.head_doc is not None else 0)
         return rs
 
@@ -566,8 +584,10 @@ class _LazyJson(ReferenceSet):
 
     At open: strings, metadata and inline values. When every list-valued key lies under an array
     (``plan.heads``), keys and listings outside the arrays are answered from that; anything else
-    first classifies the list-valued keys (:meth:`_Plan.classify`), and the first chunk read builds
-    the chunk tables (:meth:`_Plan.finish`) and releases the text.
+    first classifies the list-valued keys (:meth:`_Plan.classify`). A small array's chunk table is
+    read from its own members; the first table of any other array builds them all
+    (:meth:`_Plan.finish`) and releases the text. Every step runs under one lock, and ``_other``
+    only ever grows from the string-valued keys to all the generic keys.
     """
 
     def __init__(self, plan: _Plan) -> None:
@@ -576,19 +596,19 @@ class _LazyJson(ReferenceSet):
         b = plan.builder
         self._lock = threading.RLock()
         self._plan: _Plan | None = plan
+        self._heads = plan.heads
+        self._classified = plan.batches is not None  # else _other holds the string-valued keys only
         other = b.build_other(plan.grids)  # registers the URLs of its rows
         super().__init__(list(b.url_ids), {}, other, grids=plan.grids)
         self.stored.update(format="json", version=1 if plan.head_doc is not None else 0)
 
     @property
     def _pending(self) -> bool:
-        """List-valued keys not classified yet: ``_other`` holds only the string-valued keys."""
-        plan = self._plan
-        return plan is not None and plan.batches is None
+        return not self._classified
 
     @property  # type: ignore[override]
     def other(self) -> KeyTable:
-        if self._pending:
+        if not self._classified:
             self._classify()
         return self._other
 
@@ -598,46 +618,54 @@ class _LazyJson(ReferenceSet):
 
     def _outside_lists(self, key: str) -> bool:
         """Whether ``key`` cannot be a list-valued key (see :func:`_list_heads`)."""
-        heads = self._plan.heads if self._plan is not None else None
+        heads = self._heads
         return heads is not None and not ("0" <= key[-1:] <= "9" and key.startswith(heads.prefixes))
 
     def __getitem__(self, key: str) -> Ref:
-        if self._pending and isinstance(key, str) and self._outside_lists(key) and self.locate(key) is None:
-            return self._generic_ref(self._other, key)
+        if not self._classified and isinstance(key, str) and self._outside_lists(key) \
+                and self.locate(key) is None:
+            return self._generic_ref(self._other, key)  # a string-valued key, if any
         return super().__getitem__(key)
 
     def other_under(self, path: str) -> KeyTable:
-        heads = self._plan.heads if self._plan is not None else None
-        if self._pending and heads is not None and not heads.inside(path):
+        if not self._classified and self._heads is not None and not self._heads.inside(path):
             return self._other
         return self.other
 
+    def table(self, path: str) -> ChunkTable:
+        t = self._tables.get(path)
+        if t is not None:
+            return t
+        with self._lock:  # one step at a time: a table is never stored beside another step's
+            return super().table(path)
+
     def _load_table(self, path: str) -> ChunkTable:
-        with self._lock:
-            plan = self._plan
-            if plan is not None:
-                try:
-                    table = plan.table(path)
-                except _Fallback:
-                    table = None
-                if table is not None:  # a small array (a coordinate): read on its own
-                    self.urls = list(plan.builder.url_ids)
-                    return table
-            self._materialize()
-            return self._tables[path]
+        plan = self._plan
+        if plan is not None:
+            try:
+                table = plan.table(path)
+            except _Fallback:
+                table = None
+            if table is not None:  # a small array (a coordinate): read on its own
+                self.urls = list(plan.builder.url_ids)
+                return table
+        self._materialize()
+        return self._tables[path]
 
     def _classify(self) -> None:
         with self._lock:
             plan = self._plan
-            if plan is None or plan.batches is not None:
+            if self._classified or plan is None:
                 return
             try:
                 plan.classify()
             except _Fallback:
                 self._materialize()
                 return
-            self._other = plan.builder.build_other(plan.grids)
+            other = plan.builder.build_other(plan.grids)
             self.urls = list(plan.builder.url_ids)
+            self._other = other
+            self._classified = True
 
     def _materialize(self) -> None:
         with self._lock:
@@ -649,11 +677,15 @@ class _LazyJson(ReferenceSet):
             except _Fallback:
                 from ._json import decode_json, from_document
 
+                b = Builder()
+                b.url_ids = plan.builder.url_ids  # path ids handed out so far stay valid
                 rs = from_document(decode_json(plan.doc.data), max_gen=plan.max_gen or 100_000_000,
-                                   template_overrides=plan.template_overrides)
+                                   template_overrides=plan.template_overrides, builder=b,
+                                   dense=plan.dense)
             # URLs first: a reader in another thread may meet the new tables before this ends
             self.urls = rs.urls
             self._other = rs.other
+            self._classified = True
             self.grids = rs.grids
             self.router = rs.router
             self._tables = dict(rs._tables)
@@ -664,7 +696,7 @@ class _LazyJson(ReferenceSet):
         return super().__len__()
 
     def __repr__(self) -> str:
-        if self._pending:  # cheap: fsspec puts the repr of its arguments in its instance tokens
+        if not self._classified:  # cheap: fsspec puts the repr of its arguments in its instance tokens
             return f"<{type(self).__name__}: {len(self.grids)} chunk grids, keys not read yet>"
         return super().__repr__()
 
@@ -746,6 +778,8 @@ def _classify(
         for j, prefix in enumerate(names):
             rows = np.flatnonzero(arr_of == j)
             g = grids[prefix]
+            if g.ndim > len(idx):
+                continue  # no key of the batch has that many indices
             good = ndim[rows] == g.ndim
             for d, n in enumerate(reversed(g.grid_shape)):
                 v = idx[d][rows]
@@ -818,6 +852,7 @@ def _list_heads(doc: _Doc, is_str: np.ndarray, grids: Mapping[str, Any]) -> _Hea
         for raw in raws:
             hit = (first & _LOW8[min(len(raw), 8)]) == _word(raw[:8])
             if len(raw) > 8:
+                hit &= ke - ks > len(raw)  # the others cannot match; reading on could leave the text
                 idx = np.flatnonzero(hit)
                 sub = np.ones(idx.size, bool)
                 for o in range(8, len(raw), 8):

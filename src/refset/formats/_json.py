@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from ..errors import InvalidReferences
@@ -61,12 +61,16 @@ def from_document(
     *,
     max_gen: int = DEFAULT_MAX_GEN,
     template_overrides: Mapping[str, str] | None = None,
+    builder: Builder | None = None,
+    dense: Collection[str] | None = None,
 ) -> ReferenceSet:
+    """The set of a parsed document. ``builder`` (empty, possibly sharing a URL table) and
+    ``dense`` (see ``Builder.build``) let a lazy reader finish the way it started."""
     problems: list[str] = []
-    b = collect(doc, problems, max_gen=max_gen, template_overrides=template_overrides)
+    b = collect(doc, problems, max_gen=max_gen, template_overrides=template_overrides, builder=builder)
     if problems:
         raise InvalidReferences(problems)
-    rs = b.build()
+    rs = b.build(dense=dense)
     rs.stored.update(format="json", version=1 if is_v1(doc) else 0)
     return rs
 
