@@ -111,32 +111,25 @@ def main(argv: list[str] | None = None) -> int:
         say()
 
         # -- times ---------------------------------------------------------------------------------------
-        def open_packed() -> object:
-            r = refset.load(packed_path)
-            return r[key]
+        def first_key(path: str) -> Callable[[], object]:
+            return lambda: refset.load(path)[key]
 
-        def decode_packed() -> object:
-            r = refset.load(packed_path)
-            return [r.table(p) for p in r.grids]
+        def all_tables(path: str) -> Callable[[], object]:
+            def run() -> object:
+                r = refset.load(path)
+                return [r.table(p) for p in r.grids]
+            return run
 
-        open_med, open_min, ref = timed(open_packed, a.repeat)
+        open_med, open_min, ref = timed(first_key(packed_path), a.repeat)
         assert ref == rs[key], (ref, rs[key])
-        dec_med, dec_min, _ = timed(decode_packed, a.repeat)
+        dec_med, dec_min, _ = timed(all_tables(packed_path), a.repeat)
         times = [
             ("V0 JSON open (refset.load)", json_open, json_min),
         ]
         if parq is not None:
-            def open_parq() -> object:
-                r = refset.load(parq_path)
-                return r[key]
-
-            def decode_parq() -> object:
-                r = refset.load(parq_path)
-                return [r.table(p) for p in r.grids]
-
-            m, mn, _ = timed(open_parq, a.repeat)
+            m, mn, _ = timed(first_key(parq_path), a.repeat)
             times.append(("parquet open + first key", m, mn))
-            m2, mn2, _ = timed(decode_parq, a.repeat)
+            m2, mn2, _ = timed(all_tables(parq_path), a.repeat)
             times.append(("parquet open + decode all arrays", m2, mn2))
             times.append(("parquet write (once)", parq_write, parq_write))
         times += [

@@ -500,15 +500,16 @@ class Builder:
     :meth:`add_chunks` (columnar, no per-chunk Python work). Batches take precedence over single keys
     and later batches over earlier ones, matching "the later duplicate wins" when all single keys are
     added first (as the readers do). ``url_ids`` is the URL table being built: readers may register
-    URLs in it and pass ids that index it.
+    URLs in it and pass ids that index it, or hand in one that another builder shares.
     """
 
-    def __init__(self, grids: Mapping[str, ChunkGrid] | None = None) -> None:
+    def __init__(self, grids: Mapping[str, ChunkGrid] | None = None,
+                 url_ids: dict[str, int] | None = None) -> None:
         self.items: dict[str, Ref] = {}
         self.batches: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                  dict[int, bytes]]] = []
         self.extra_grids: dict[str, ChunkGrid] = dict(grids or {})
-        self.url_ids: dict[str, int] = {}
+        self.url_ids: dict[str, int] = {} if url_ids is None else url_ids
         self.key_batches: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
     def add(self, key: str, ref: Ref) -> None:
@@ -531,9 +532,7 @@ class Builder:
         """
         kind = np.asarray(kind, np.uint8)
         if urls is not None:
-            remap = np.array([self.url_ids.setdefault(u, len(self.url_ids)) for u in urls] or [0],
-                             np.int64)
-            path_id = remap[np.asarray(path_id, np.int64)]
+            path_id = self._own_ids(path_id, urls)
         path_id = np.where(kind == INLINE, 0, np.asarray(path_id, np.int64))
         flat = np.asarray(flat, np.int64)
         self.batches.append((
@@ -561,11 +560,14 @@ class Builder:
         generic table without a Python object per key until it is built.
         """
         if urls is not None:
-            remap = np.array([self.url_ids.setdefault(u, len(self.url_ids)) for u in urls] or [0],
-                             np.int64)
-            path_id = remap[np.asarray(path_id, np.int64)]
+            path_id = self._own_ids(path_id, urls)
         self.key_batches.append((keys, np.asarray(kind, np.uint8), np.asarray(path_id, np.int64),
                                  np.asarray(offset, np.uint64), np.asarray(length, np.uint64)))
+
+    def _own_ids(self, path_id: np.ndarray, urls: Sequence[str]) -> np.ndarray:
+        """``path_id`` indexing ``urls``, as ids of this builder's URL table."""
+        remap = np.array([self.url_ids.setdefault(u, len(self.url_ids)) for u in urls] or [0], np.int64)
+        return remap[np.asarray(path_id, np.int64)]
 
     def _route_key_batches(self, router: KeyRouter) -> list[tuple[np.ndarray, ...]]:
         """Move chunk keys of key batches into single items; the rest stays columnar."""

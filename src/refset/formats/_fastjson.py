@@ -516,10 +516,12 @@ class _Plan:
         """The chunk table of a small array read on its own (its members only), or None when it
         is read with all the others."""
         heads, g = self.heads, self.grids.get(path)
-        members = heads.small.get(path) if heads is not None and self.batches is None else None
-        if members is None or g is None or g.separator != "." or g.prefix or g.ndim == 0:
+        if heads is None or self.batches is not None or g is None:
             return None
-        if any((path + "/").startswith(h) for h in heads.prefixes if h != path + "/"):  # type: ignore[union-attr]
+        members = heads.small.get(path)
+        if members is None or g.separator != "." or g.prefix or g.ndim == 0:
+            return None
+        if any((path + "/").startswith(h) for h in heads.prefixes if h != path + "/"):
             return None  # inside another array: its keys may match only the outer head
         doc = self.doc
         j = doc.first + 2 * members
@@ -531,8 +533,7 @@ class _Plan:
         for i in np.flatnonzero(rest).tolist():  # spelled another way (escapes) yet one of its chunks?
             if router.locate(doc.text(int(ks[i]), int(ke[i]))) is not None:
                 return None
-        b = Builder({path: g})
-        b.url_ids = self.builder.url_ids  # one URL table: ids stay valid when everything is read
+        b = Builder({path: g}, url_ids=self.builder.url_ids)  # ids stay valid when all is read
         for key, ref in self.builder.items.items():  # inline chunks of this array
             hit = router.locate(key)
             if hit is not None:
@@ -677,10 +678,9 @@ class _LazyJson(ReferenceSet):
             except _Fallback:
                 from ._json import decode_json, from_document
 
-                b = Builder()
-                b.url_ids = plan.builder.url_ids  # path ids handed out so far stay valid
                 rs = from_document(decode_json(plan.doc.data), max_gen=plan.max_gen or 100_000_000,
-                                   template_overrides=plan.template_overrides, builder=b,
+                                   template_overrides=plan.template_overrides,
+                                   builder=Builder(url_ids=plan.builder.url_ids),  # ids stay valid
                                    dense=plan.dense)
             # URLs first: a reader in another thread may meet the new tables before this ends
             self.urls = rs.urls
