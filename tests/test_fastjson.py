@@ -9,10 +9,24 @@ import pytest
 
 import refset
 from refset.errors import InvalidReferences
-from refset.formats._fastjson import MIN_SIZE, fast_load
 from refset.formats._json import from_document
+from refset.formats._json_read import document_problems
+from refset.formats._jsonplan import MIN_SIZE, plan_document
+from refset.formats._jsonscan import QUOTE_BLOCK, Fallback
 
 from .helpers import zarray
+
+
+def fast_load(text: bytes) -> refset.ReferenceSet | None:
+    """The vectorised reader alone: a set, or None when it hands the document to the generic parser."""
+    plan = plan_document(text)
+    if plan is None:
+        return None
+    try:
+        urls, tables, other = plan.finish()
+    except Fallback:
+        return None
+    return refset.ReferenceSet.from_tables(urls, tables, other)
 
 
 def _doc(n_files: int = 60, seed: int = 0, sep: str = ".") -> dict:
@@ -201,8 +215,6 @@ def test_text_before_the_first_key_is_refused(head: bytes):
     body = json.dumps(_doc()).encode()[1:]
     with pytest.raises(InvalidReferences, match="invalid JSON"):
         refset.load(head + body)
-    from refset.formats._json import document_problems
-
     assert document_problems(head + body)
 
 
@@ -219,12 +231,12 @@ def test_lazy_reads_chunk_tables_on_first_use():
     d = _doc()
     text = json.dumps(d).encode()
     lazy = refset.load(text, lazy=True)
-    assert lazy._plan is not None and set(lazy.grids) == {"a", "bb", "grp/sub/ccc"}
+    assert lazy.source.steps_left and set(lazy.grids) == {"a", "bb", "grp/sub/ccc"}
     assert lazy["a/.zarray"] == d["a/.zarray"].encode()  # metadata without building tables
-    assert lazy._plan is not None
+    assert lazy.source.steps_left
     key = next(k for k in d if k.startswith("bb/") and not k.endswith((".zarray", ".zattrs")))
     assert list(lazy[key]) == d[key]
-    assert lazy._plan is None  # the first chunk built every table and released the text
+    assert not lazy.source.steps_left  # the first chunk built every table and released the text
     assert lazy.to_dict() == refset.load(text).to_dict() == d
 
 
@@ -285,10 +297,10 @@ def test_metadata_and_root_listing_do_not_classify_keys():
     assert fs.ls("grp/sub", detail=False) == ["grp/sub/ccc"]
     assert fs.cat_file("a/.zarray") == _doc()["a/.zarray"].encode()
     assert "a/.zgroup" not in lazy and "zarr.json" not in lazy and fs.exists(".zattrs")
-    assert lazy._pending  # all answered from the string values alone
-    assert "a/x1" not in lazy and not lazy._pending  # might be a list key: classified first
-    assert lazy._plan is not None  # ... but the chunk tables are not read yet
-    assert "a/0.0.0" in fs.ls("a", detail=False) and lazy._plan is None  # listing a needs its table
+    assert not lazy.source.classified  # all answered from the string values alone
+    assert "a/x1" not in lazy and lazy.source.classified  # might be a list key: classified first
+    assert lazy.source.steps_left  # ... but the chunk tables are not read yet
+    assert "a/0.0.0" in fs.ls("a", detail=False) and not lazy.source.steps_left  # listing a needs its table
 
 
 def test_lazy_reads_a_small_array_on_its_own():
@@ -302,21 +314,22 @@ def test_lazy_reads_a_small_array_on_its_own():
     text = json.dumps(d).encode()
     eager, lazy = refset.load(text), refset.load(text, lazy=True)
     assert lazy.table("t").kind.tolist() == [1]
-    assert lazy._plan is not None and lazy._pending  # neither read everything nor classified
+    assert lazy.source.steps_left and not lazy.source.classified  # neither read everything nor classified
     for path in ("t", "y"):
         assert list(lazy.items_of(path)) == list(eager.items_of(path))
-    assert lazy["y/1"] == eager["y/1"] and lazy["y/2"] == eager["y/2"] and lazy._plan is not None
+    assert lazy["y/1"] == eager["y/1"] and lazy["y/2"] == eager["y/2"] and lazy.source.steps_left
     assert lazy.to_dict() == eager.to_dict()
 
 
 def test_lazy_sparse_grid_keeps_its_keys():
-    """A grid too sparse for a dense table is known at open, so its keys are found at once."""
+    """A grid too sparse for a dense table stays a grid (a sparse table) and its keys are found."""
     d = _doc()
     d["s/.zarray"] = zarray([10**9], [1])
     d["s/5"], d["s/77"] = ["u", 0, 1], ["u", 1, 2]
     text = json.dumps(d).encode()
     lazy = refset.load(text, lazy=True)
-    assert "s" not in lazy.grids
+    assert "s" in lazy.grids
+    assert lazy.table("s").is_sparse and lazy.table("s").present().tolist() == [5, 77]
     assert lazy["s/5"] == ("u", 0, 1) and "s/6" not in lazy
     assert refset.ReferenceFileSystem(fo=refset.load(text, lazy=True)).ls("s", detail=False) == [
         "s/.zarray", "s/5", "s/77"]
@@ -327,8 +340,6 @@ def test_reading_in_a_forked_child_does_not_hang():
     """The reader's thread pool is per process: a child forked after the parent used it (say by
     multiprocessing or Dask's process scheduler) gets its own instead of waiting forever."""
     import multiprocessing
-
-    from refset.formats._fastjson import QUOTE_BLOCK
 
     text = json.dumps(_doc(n_files=4000)).encode()
     assert len(text) > 2 * QUOTE_BLOCK  # scanned on the pool
@@ -385,10 +396,11 @@ def test_review_cases_of_the_lazy_reader():
     _agree(json.dumps(d).encode(), ["s/5", "s/6", "extra"], ("s", ""))
 
 
-def test_eager_reader_keeps_huge_sparse_grids_generic():
+def test_eager_reader_keeps_huge_sparse_grids_sparse():
     d = {**_doc(), "s/.zarray": zarray([10**12], [1]), "s/5": ["u", 0, 1]}
     rs = refset.load(json.dumps(d).encode())
-    assert rs["s/5"] == ("u", 0, 1) and "s" not in rs.grids
+    assert rs["s/5"] == ("u", 0, 1) and "s" in rs.grids and rs.table("s").is_sparse
+    assert rs.table("s").nbytes() < 1000
 
 
 def test_lazy_finishing_with_the_generic_parser_keeps_the_grids():
@@ -416,7 +428,7 @@ def test_keys_read_while_another_thread_finishes_reading():
     d.update({f"a/{i}": ["s3://b/f.nc", i, 1] for i in range(200_000)})
     d["a/x1"] = ["s3://b/odd.nc", 7, 8]
     lazy = refset.load(json.dumps(d).encode(), lazy=True)
-    plan = lazy._plan
+    plan = lazy.source._plan
     reader = threading.Thread(target=lambda: lazy["a/0"])
     reader.start()
     while plan.batches is None and reader.is_alive():  # the reader is inside the costly step

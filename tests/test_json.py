@@ -131,14 +131,19 @@ def test_atomic_save_leaves_no_partial_file(tmp_path: Path):
     dest = tmp_path / "out.json"
     dest.write_text("previous")
 
-    class LazyFailing(refset.ReferenceSet):
-        """A lazily decoded set whose storage fails after the metadata was read."""
+    class FailingSource:
+        """A lazily read source whose storage fails after the metadata was read."""
 
-        def _load_table(self, path):
+        def __init__(self, inner):
+            self.inner, self.grids = inner, inner.grids
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def table(self, path):
             raise OSError("remote store went away")
 
-    src = refset.load(_big_refs())
-    broken = LazyFailing(src.urls, {}, src.other, grids=src.grids)
+    broken = refset.ReferenceSet(FailingSource(refset.load(_big_refs()).source))
     for fmt in ("json", "v1"):
         with pytest.raises(OSError, match="went away"):
             refset.save(broken, dest, format=fmt)

@@ -141,12 +141,14 @@ def test_columns_use_small_dtypes_and_big_values_survive():
     assert small.offset.dtype == np.uint32 and small.kind.dtype == np.uint8
 
 
-def test_huge_sparse_grid_falls_back_to_generic_keys():
+def test_huge_sparse_grid_stays_a_sparse_grid():
     d = {"x/.zarray": zarray([10**9, 10**6], [1, 1]), "x/5.7": ["u", 0, 1]}
     rs = refset.load(d)
-    assert "x" not in rs.grids  # not allocated densely
-    assert rs["x/5.7"] == ("u", 0, 1)
+    t = rs.table("x")
+    assert "x" in rs.grids and t.is_sparse and t.nbytes() < 100  # not allocated densely
+    assert rs["x/5.7"] == ("u", 0, 1) and "x/5.8" not in rs and rs.locate("x/5.7") == ("x", 5 * 10**6 + 7)
     assert rs.to_dict()["x/5.7"] == ["u", 0, 1]
+    assert rs.other.keys.tolist() == ["x/.zarray"]
 
 
 def test_to_dict_inline_spelling():

@@ -69,7 +69,7 @@ def test_roundtrip_2d_many_records(tmp_path, record_size):
     nrec = -(-25 // record_size)
     names = sorted(os.listdir(tmp_path / "out.parq" / "a"))
     assert names == sorted(f"refs.{i}.parq" for i in range(nrec))
-    assert back.record_size == record_size
+    assert back.format_info()["record_size"] == record_size
 
 
 def test_scalar_1d_4d_nested_slash(tmp_path):
@@ -167,7 +167,7 @@ def test_lazy_reads_only_what_it_needs(tmp_path, monkeypatch):
     assert rs["a/59"] == tuple(refs["a/59"])
     assert read[1:] == ["a/refs.5.parq"]
     rs["a/1"], rs["b/1"], rs["a/99"]
-    assert len(rs._cache) == 2  # LRU bound
+    assert len(rs._blocks) == 2  # LRU bound
     assert read[2:] == ["a/refs.0.parq", "b/refs.0.parq", "a/refs.9.parq"]
     rs["a/99"]
     assert len(read) == 5
@@ -193,8 +193,8 @@ def test_categorical_threshold(tmp_path):
     assert refset.load(str(tmp_path / "d.parq")).to_dict() == refset.load(str(tmp_path / "s.parq")).to_dict()
 
 
-def test_sparse_array_kept_outside_dense_tables(tmp_path):
-    # a grid far larger than what it holds: the model keeps its chunk keys as generic keys
+def test_sparse_array_written_and_read_sparsely(tmp_path):
+    # a grid far larger than what it holds: a sparse table; only records holding chunks are written
     refs = {**BASE, "big/.zarray": zarray([4_000_000], [1]), "big/3999999": [URL.format(0), 1, 2],
             "big/17": [URL.format(1), 3, 4]}
     rs = refset.load(refs)
@@ -202,6 +202,7 @@ def test_sparse_array_kept_outside_dense_tables(tmp_path):
     assert sorted(os.listdir(tmp_path / "out.parq" / "big")) == ["refs.0.parq", "refs.3.parq"]
     assert back["big/17"] == (URL.format(1), 3, 4)
     assert "big/18" not in back
+    assert rs.table("big").is_sparse and back.table("big").is_sparse
 
 
 # -- refused input ----------------------------------------------------------------------------------

@@ -187,7 +187,7 @@ def test_v1_writer_round_trips_and_is_smaller(tmp_path: Path):
     d = _regular_and_irregular()
     rs = refset.load(d)
     refset.save(rs, tmp_path / "v0.json")
-    refset.save(rs, tmp_path / "v1.json", format="v1")
+    refset.save(rs, tmp_path / "v1.json", format="v1", gen=True)
     doc = json.loads((tmp_path / "v1.json").read_text())
     assert doc["version"] == 1 and doc["gen"] and doc["templates"]
     assert refset.load(tmp_path / "v1.json").to_dict() == d

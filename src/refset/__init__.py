@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
 from .formats import load, save
-from .model import ChunkTable, KeyTable, ReferenceSet
+from .keys import ChunkGrid
+from .model import ReferenceSet
+from .tables import ChunkTable, KeyTable, concat_tables, union_urls
 
 if TYPE_CHECKING:
     from .fs import ReferenceFileSystem
@@ -23,6 +25,9 @@ __all__ = [
     "ReferenceSet",
     "ChunkTable",
     "KeyTable",
+    "ChunkGrid",
+    "concat_tables",
+    "union_urls",
     "ReferenceFileSystem",
     "ZarrStore",
     "open_dataset",
@@ -50,3 +55,7 @@ def __getattr__(name: str) -> Any:
 
         return ZarrStore
     raise AttributeError(f"module 'refset' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

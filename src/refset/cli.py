@@ -27,14 +27,14 @@ def info_dict(path: str) -> dict[str, Any]:
     import numpy as np
 
     import refset
-    from refset.model import INLINE, RANGE, WHOLE
+    from refset.tables import INLINE, RANGE, WHOLE
 
     rs = refset.load(path)
     kinds = np.bincount(rs.other.kind, minlength=4).astype(np.int64)
     arrays = []
     for p, g in rs.grids.items():
         t = rs.table(p)
-        counts = np.bincount(t.kind, minlength=4)
+        counts = t.kind_counts()
         kinds[1:] += counts[1:]
         present = int(counts[1:].sum())
         arrays.append({
@@ -110,7 +110,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from .errors import InvalidReferences
     from .formats import detect_format
     from .formats._io import decompress, read_bytes
-    from .formats._json import document_problems
+    from .formats._json_read import document_problems
 
     if detect_format(a.refs) == "json":
         problems = document_problems(decompress(read_bytes(a.refs), a.refs), max_gen=a.max_gen)
@@ -135,7 +135,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 def cmd_ls(a: argparse.Namespace) -> int:
     import refset
-    from refset.model import array_key
+    from refset.keys import array_key
 
     rs = refset.load(a.refs)
     prefix = (a.prefix or "").strip("/")
@@ -229,8 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "inferred from OUT unless --format is given.")
     s.add_argument("input", metavar="IN")
     s.add_argument("output", metavar="OUT")
-    s.add_argument("--format", choices=["json", "v1", "parquet", "packed"],
-                   help="json = Version 0, v1 = Version 1 with templates/gen")
+    from .formats.registry import FORMATS
+
+    s.add_argument("--format", choices=list(FORMATS),
+                   help="; ".join(f"{f.name} = {f.description}" for f in FORMATS.values()))
     s.add_argument("-o", "--option", action="append", metavar="NAME=VALUE",
                    help="writer option, e.g. -o record_size=100000 (repeatable)")
     s.set_defaults(func=cmd_convert)

@@ -11,6 +11,7 @@ __all__ = [
     "InvalidReferences",
     "Unsupported",
     "ReferenceNotReachable",
+    "ShortRead",
 ]
 
 
@@ -33,6 +34,9 @@ class InvalidReferences(RefsetError, ValueError):
         text = "\n".join(shown) + (f"\n... and {more} more problems" if more > 0 else "")
         super().__init__(text)
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.problems,))
+
 
 class Unsupported(RefsetError, ValueError):
     """The input is valid but uses something refset (or the chosen format) cannot handle."""
@@ -46,3 +50,20 @@ class ReferenceNotReachable(RefsetError, OSError):
         self.url = url
         msg = f"cannot read reference {key!r} from {url!r}"
         super().__init__(msg + (f": {reason}" if reason else ""))
+
+    @classmethod
+    def wrap(cls, key: str, url: str, cause: BaseException) -> ReferenceNotReachable:
+        """The error for ``key`` at ``url`` caused by ``cause`` (kept as ``__cause__``)."""
+        if isinstance(cause, ReferenceNotReachable):
+            return cause
+        err = cls(key, url, f"{type(cause).__name__}: {cause}")
+        err.__cause__ = cause
+        return err
+
+    def __reduce__(self) -> tuple[object, ...]:
+        reason = str(self).partition(f"from {self.url!r}: ")[2]
+        return (type(self), (self.key, self.url, reason))
+
+
+class ShortRead(RefsetError, OSError):
+    """A target returned a different number of bytes than the range asked for."""

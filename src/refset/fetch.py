@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import ShortRead
+
 __all__ = [
     "Plan",
     "plan_ranges",
@@ -38,10 +40,6 @@ DEFAULT_MAX_BLOCK = 256_000_000  # bytes; as fsspec's ReferenceFileSystem
 DEFAULT_MAX_INFLIGHT = 64  # requests in flight at once per reader
 RETRIES = 2  # extra attempts after a transient failure
 _GAP_CAP = 1 << 40  # max_gap beyond this merges everything in a file anyway; keeps int64 arithmetic safe
-
-
-class ShortRead(OSError):
-    """A target returned a different number of bytes than the range asked for."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,21 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ChunkGrid", "grid_from_metadata", "grid_from_document", "split_metadata_key", "METADATA_NAMES"]
+import numpy as np
+
+__all__ = [
+    "ChunkGrid",
+    "KeyRouter",
+    "grid_from_metadata",
+    "grid_from_document",
+    "split_metadata_key",
+    "array_key",
+    "chunk_keys",
+    "METADATA_NAMES",
+]
 
 METADATA_NAMES = (".zarray", "zarr.json")
 
@@ -47,28 +59,133 @@ class ChunkGrid:
         body = self.separator.join(map(str, index))
         return f"{self.prefix}{self.separator}{body}" if self.prefix else body
 
+    @property
+    def key_head(self) -> str:
+        """What comes between the array's ``path/`` and the first chunk index (``c/`` or ``c.`` for
+        zarr v3's default encoding, else nothing)."""
+        return self.prefix + self.separator if self.prefix else ""
+
     def parse(self, suffix: str) -> tuple[int, ...] | None:
         """Chunk index of a canonical key suffix inside the grid, else None."""
         if not self.shape:
             return () if suffix == (self.prefix or "0") else None
         if self.prefix:
-            head = self.prefix + self.separator
+            head = self.key_head
             if not suffix.startswith(head):
                 return None
             suffix = suffix[len(head) :]
-        parts = suffix.split(self.separator)
-        if len(parts) != len(self.shape):
+        return _indices(suffix.split(self.separator), self.grid_shape)
+
+    def flat_index(self, suffix: str) -> int | None:
+        """Flat (C-order) chunk index of a canonical key suffix inside the grid, else None."""
+        idx = self.parse(suffix)
+        if idx is None:
             return None
-        out = []
-        for p, n in zip(parts, self.grid_shape):
-            # canonical decimal only: no sign, no leading zeros, no spaces
-            if not (p.isdigit() and p.isascii()) or (p[0] == "0" and len(p) > 1):
+        flat = 0
+        for i, n in zip(idx, self.grid_shape):
+            flat = flat * n + i
+        return flat
+
+    def dir_index(self, rel: str) -> tuple[int, ...] | None:
+        """For ``"/"``-separated keys: the chunk index prefix named by directory ``rel`` inside the
+        array (``""`` or ``"c"``: no index yet; ``"1"``/``"c/1"``: chunk rows starting with 1). None when
+        ``rel`` is not such a directory."""
+        if self.separator != "/" or not self.shape:
+            return None
+        parts = rel.split("/") if rel else []
+        if self.prefix:
+            if not parts or parts[0] != self.prefix:
                 return None
-            i = int(p)
-            if i >= n:
-                return None
-            out.append(i)
-        return tuple(out)
+            parts = parts[1:]
+        elif not rel:
+            return None  # the array itself, not a directory of chunk keys
+        if len(parts) >= self.ndim:
+            return None
+        return _indices(parts, self.grid_shape[: len(parts)])
+
+
+def _indices(parts: list[str], grid_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Canonical decimals (no sign, no leading zeros, no spaces) inside the grid, else None."""
+    if len(parts) != len(grid_shape):
+        return None
+    out = []
+    for p, n in zip(parts, grid_shape):
+        if not (p.isdigit() and p.isascii()) or (p[0] == "0" and len(p) > 1):
+            return None
+        i = int(p)
+        if i >= n:
+            return None
+        out.append(i)
+    return tuple(out)
+
+
+def array_key(path: str, suffix: str) -> str:
+    """The key ``suffix`` of array ``path`` (the root array has no ``/``)."""
+    return f"{path}/{suffix}" if path else suffix
+
+
+def chunk_keys(path: str, grid: ChunkGrid, flat: np.ndarray) -> np.ndarray:
+    """Keys (numpy str array) of chunks ``flat`` of array ``path``, built without a Python loop."""
+    flat = np.asarray(flat, np.int64)
+    head = array_key(path, grid.key_head)
+    if not grid.shape:
+        return np.full(len(flat), array_key(path, grid.chunk_key(())), dtype=object).astype(str)
+    idx = np.unravel_index(flat, grid.grid_shape)
+    out = idx[0].astype(str)
+    for i in idx[1:]:
+        out = np.strings.add(np.strings.add(out, grid.separator), i.astype(str))
+    return np.strings.add(head, out) if head else out
+
+
+class KeyRouter:
+    """Maps a key to (array path, flat chunk index) for a set of chunk grids."""
+
+    def __init__(self, grids: Mapping[str, ChunkGrid]) -> None:
+        self.grids = dict(grids)
+        # how many trailing "/"-separated components a chunk key suffix has
+        self._depths: dict[int, None] = {}
+        self._depth_of: dict[str, int] = {}
+        for path, g in self.grids.items():
+            d = 1 if (g.separator == "." or not g.shape) else g.ndim + (1 if g.prefix else 0)
+            self._depth_of[path] = d
+            self._depths[d] = None
+
+    def locate(self, key: str) -> tuple[str, int] | None:
+        """(array path, flat C-order chunk index) of a canonical chunk key inside a grid, else None."""
+        for d in self._depths:
+            if d == 1:
+                head, _, suffix = key.rpartition("/")
+            else:
+                parts = key.rsplit("/", d)
+                if len(parts) == d + 1:
+                    head, suffix = parts[0], "/".join(parts[1:])
+                elif len(parts) == d:
+                    head, suffix = "", key
+                else:
+                    continue
+            g = self.grids.get(head)
+            if g is None or self._depth_of[head] != d:
+                continue
+            if g.separator == "." and not g.prefix and g.shape:
+                # the common spelling, inlined: canonical decimals inside the grid
+                parts = suffix.split(".")
+                if len(parts) != len(g.grid_shape):
+                    continue
+                flat = 0
+                for p, n in zip(parts, g.grid_shape):
+                    if not (p.isdigit() and p.isascii()) or (p[0] == "0" and len(p) > 1):
+                        break
+                    i = int(p)
+                    if i >= n:
+                        break
+                    flat = flat * n + i
+                else:
+                    return head, flat
+                continue
+            flat = g.flat_index(suffix)
+            if flat is not None:
+                return head, flat
+        return None
 
 
 def split_metadata_key(key: str) -> tuple[str, str] | None:

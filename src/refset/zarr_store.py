@@ -1,8 +1,10 @@
 """``refset.ZarrStore``: a read-only zarr-python 3 store over a reference set.
 
-Keys, listing and sizes come from the columnar model directly. Chunk reads are batched: every ``get``
-arriving in the same few event-loop iterations (zarr issues its chunk reads concurrently) joins one
-plan, whose ranges are grouped by target, merged and fetched concurrently (:mod:`refset.fetch`).
+A thin adapter over :class:`~refset.engine.ReadEngine` (bytes) and :class:`~refset.listing.KeyIndex`
+(listing). Chunk reads are batched: every ``get`` arriving in the same few event-loop iterations (zarr
+issues its chunk reads concurrently) joins one plan, whose ranges are grouped by target, merged and
+fetched concurrently (:mod:`refset.fetch`). Lookups that may read run in a worker thread. The store
+pickles as its :class:`~refset.ReferenceFileSystem`, which reopens the set lazily.
 Zarr v2 metadata (``.zarray``/``.zattrs``/``.zgroup``, what kerchunk writes) and zarr v3
 ``zarr.json`` are served as stored; zarr reads them.
 """
@@ -22,9 +24,12 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 
+from .engine import ReadEngine, clamp, off_loop
+from .errors import ReferenceNotReachable, Unsupported
 from .fetch import DEFAULT_MAX_INFLIGHT
-from .fs import ReferenceFileSystem, chunk_key_array, clamp
-from .model import INLINE, RANGE, WHOLE
+from .fs import ReferenceFileSystem
+from .keys import chunk_keys
+from .tables import RANGE
 
 if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, BufferPrototype
@@ -51,8 +56,8 @@ def _bounds(byte_range: ByteRequest | None) -> tuple[int | None, int | None]:
 class _Batch:
     """Range reads collected on one event loop, flushed as one plan when no more arrive."""
 
-    def __init__(self, fs: ReferenceFileSystem) -> None:
-        self.fs = fs
+    def __init__(self, engine: ReadEngine) -> None:
+        self.engine = engine
         self.items: list[tuple[str, str, int, int, asyncio.Future[bytes]]] = []
         self.scheduled = False
         self.seen = 0
@@ -87,7 +92,7 @@ class _Batch:
             pid = np.fromiter((uid.setdefault(it[1], len(uid)) for it in items), np.int64, len(items))
             start = np.fromiter((it[2] for it in items), np.int64, len(items))
             end = np.fromiter((it[3] for it in items), np.int64, len(items))
-            got = await self.fs.reader.read(list(uid), pid, start, end)
+            got = await self.engine.reader.read(list(uid), pid, start, end)
         except BaseException as e:  # planning failed or we were cancelled: fail every waiter
             for it in items:
                 if not it[4].done():
@@ -99,8 +104,7 @@ class _Batch:
             if fut.done():
                 continue
             if isinstance(d, BaseException):
-                err = self.fs._unreachable(key, url, d)
-                fut.set_exception(err)
+                fut.set_exception(ReferenceNotReachable.wrap(key, url, d))
             else:
                 fut.set_result(d)
 
@@ -139,7 +143,7 @@ class ZarrStore(Store):
         read_only: bool = True,
     ) -> None:
         if not read_only:
-            raise ValueError("refset.ZarrStore is read-only; read_only=False is not supported")
+            raise Unsupported("refset.ZarrStore is read-only; read_only=False is not supported")
         super().__init__(read_only=True)
         if isinstance(refs, ReferenceFileSystem):
             self.fs = refs
@@ -150,6 +154,8 @@ class ZarrStore(Store):
                 max_gap=max_gap, max_block=max_block, max_inflight=max_inflight,
             )
         self.refs = self.fs.refs
+        self.engine = self.fs.engine
+        self.index = self.fs.index
         self._batches: dict[int, _Batch] = {}
         self._prefetched: dict[str, bytes | BaseException] = {}
 
@@ -166,29 +172,26 @@ class ZarrStore(Store):
     def __repr__(self) -> str:
         return f"ZarrStore({self.refs!r})"
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_batches"] = {}
-        state["_prefetched"] = {}
-        return state
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ZarrStore, (self.fs,))
 
     def with_read_only(self, read_only: bool = False) -> ZarrStore:
         # docstring inherited
         if not read_only:
-            raise ValueError("refset.ZarrStore is read-only; read_only=False is not supported")
+            raise Unsupported("refset.ZarrStore is read-only; read_only=False is not supported")
         return ZarrStore(self.fs)
 
     @property
     def requests(self) -> int:
         """Requests sent to targets so far (merged blocks count once)."""
-        return self.fs.reader.requests
+        return self.engine.reader.requests
 
     # -- reading --------------------------------------------------------------------------------
     def _batch(self) -> _Batch:
         loop = asyncio.get_running_loop()
         b = self._batches.get(id(loop))
         if b is None:
-            b = self._batches[id(loop)] = _Batch(self.fs)
+            b = self._batches[id(loop)] = _Batch(self.engine)
         return b
 
     async def prefetch(self, path: str, flat: np.ndarray, *, budget: int = PREFETCH_BUDGET) -> list[str]:
@@ -197,17 +200,15 @@ class ZarrStore(Store):
         fetched when ``path`` has no chunk table or the chunks total more than ``budget`` bytes."""
         if path not in self.refs.grids:
             return []
-        t = self.refs.table(path)
+        t = await self.engine.table(path)
         flat = np.asarray(flat, np.int64)
-        flat = flat[t.kind[flat] == RANGE]
-        if len(flat) < 2:
+        kind, pid, off, ln = t.take(flat)
+        keep = kind == RANGE
+        flat, pid, off, ln = flat[keep], pid[keep], off[keep].astype(np.int64), ln[keep].astype(np.int64)
+        if len(flat) < 2 or int(ln.sum()) > budget:
             return []
-        off = t.offset[flat].astype(np.int64)
-        end = off + t.length[flat].astype(np.int64)
-        if int((end - off).sum()) > budget:
-            return []
-        keys = chunk_key_array(path, t.grid, flat).tolist()
-        got = await self.fs.reader.read(self.refs.urls, t.path_id[flat].astype(np.int64), off, end)
+        keys = chunk_keys(path, t.grid, flat).tolist()
+        got = await self.engine.reader.read(self.refs.urls, pid.astype(np.int64), off, off + ln)
         pf = self._prefetched
         for k, d in zip(keys, got, strict=True):
             pf[k] = d
@@ -216,27 +217,7 @@ class ZarrStore(Store):
     async def read_chunks(self, path: str, flat: np.ndarray) -> list[bytes | None]:
         """Stored bytes of chunks ``flat`` of array ``path`` (None where absent), ranges fetched in
         one coalesced plan. Raises ReferenceNotReachable naming the first chunk that failed."""
-        t = self.refs.table(path)
-        flat = np.asarray(flat, np.int64)
-        kind = t.kind[flat]
-        out: list[bytes | None] = [None] * len(flat)
-        rows = np.flatnonzero(kind == RANGE)
-        if len(rows):
-            f = flat[rows]
-            off = t.offset[f].astype(np.int64)
-            got = await self.fs.reader.read(self.refs.urls, t.path_id[f].astype(np.int64), off,
-                                            off + t.length[f].astype(np.int64))
-            for i, d in zip(rows.tolist(), got, strict=True):
-                if isinstance(d, BaseException):
-                    key = chunk_key_array(path, t.grid, flat[i:i + 1]).tolist()[0]
-                    raise self.fs._unreachable(key, self.refs.urls[int(t.path_id[flat[i]])], d) from d
-                out[i] = d
-        for i in np.flatnonzero(kind == INLINE).tolist():
-            out[i] = t.inline[int(flat[i])]
-        for i in np.flatnonzero(kind == WHOLE).tolist():
-            key = chunk_key_array(path, t.grid, flat[i:i + 1]).tolist()[0]
-            out[i] = await self.fs._cat_file(key)
-        return out
+        return await self.engine.read_chunks(path, flat)
 
     def release(self, keys: Iterable[str]) -> None:
         """Drop prefetched chunks that no ``get`` took."""
@@ -249,11 +230,11 @@ class ZarrStore(Store):
             hit = self._prefetched.pop(key, None)
             if hit is not None:
                 if isinstance(hit, BaseException):
-                    ref = self.fs.index.ref(key)
+                    ref = await self.engine.ref(key)
                     url = ref[0] if isinstance(ref, tuple) else "?"
-                    raise self.fs._unreachable(key, url, hit) from hit
+                    raise ReferenceNotReachable.wrap(key, url, hit) from hit
                 return hit
-        ref = self.fs.index.ref(key)
+        ref = await self.engine.ref(key)
         if ref is None:
             return None
         start, end = _bounds(byte_range)
@@ -265,7 +246,7 @@ class ZarrStore(Store):
             if s == e:
                 return b""
             return await self._batch().add(key, url, s + ref[1], e + ref[1])  # type: ignore[misc]
-        return await self.fs._whole_slice(key, url, start, end)
+        return await self.engine.read_whole(key, url, start, end)
 
     async def get(
         self,
@@ -296,11 +277,11 @@ class ZarrStore(Store):
 
     async def exists(self, key: str) -> bool:
         # docstring inherited
-        return self.fs.index.ref(key) is not None
+        return await self.engine.ref(key) is not None
 
     async def getsize(self, key: str) -> int:
         # docstring inherited
-        ref = self.fs.index.ref(key)
+        ref = await self.engine.ref(key)
         if ref is None:
             raise FileNotFoundError(key)
         info = await self.fs._info(key)
@@ -318,18 +299,18 @@ class ZarrStore(Store):
     # -- listing --------------------------------------------------------------------------------
     async def list(self) -> AsyncIterator[str]:
         # docstring inherited
-        for k in self.fs.index.iter_prefix(""):
+        for k in await off_loop(lambda: list(self.index.iter_prefix(""))):
             yield k
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
         # docstring inherited
-        for k in self.fs.index.iter_prefix(prefix):
+        for k in await off_loop(lambda: list(self.index.iter_prefix(prefix))):
             yield k
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
         # docstring inherited
         path = prefix.rstrip("/")
-        got = self.fs.index.entries(path)
+        got = await off_loop(self.index.entries, path)
         if got is None:
             return
         files, dirs = got

@@ -1,6 +1,8 @@
-"""Reading and writing reference sets: one module per on-disk form, one detection function.
+"""Reading and writing reference sets: one module per on-disk form, one registry (:mod:`.registry`).
 
-Readers and writers meet only at :class:`~refset.model.ReferenceSet`, so conversion is load + save.
+Readers produce a :class:`~refset.source.Source`; :func:`load` wraps it in a
+:class:`~refset.ReferenceSet` that remembers how to reopen it (pickling). Writers receive the set
+with every table read, so conversion is load + save from any form to any form.
 """
 
 from __future__ import annotations
@@ -9,128 +11,72 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..errors import InvalidReferences, Unsupported
+from ..errors import InvalidReferences
 from ..model import ReferenceSet
+from .registry import FORMATS, by_name, detect, detect_with_head, for_dest
 
 __all__ = ["load", "save", "detect_format", "Format", "FORMATS"]
 
 Format = Literal["json", "v1", "parquet", "packed"]
-FORMATS: tuple[str, ...] = ("json", "v1", "parquet", "packed")
-
-
-def _fs_and_path(source: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
-    import fsspec
-
-    fs, _, paths = fsspec.get_fs_token_paths(source, storage_options=dict(storage_options or {}))
-    return fs, paths[0]
-
-
-def _head(source: str, storage_options: Mapping[str, Any] | None, n: int = 16) -> bytes:
-    if "://" not in source and not storage_options:
-        with open(source, "rb") as f:
-            return f.read(n)
-    import fsspec
-
-    with fsspec.open(source, "rb", **dict(storage_options or {})) as f:
-        return f.read(n)
-
-
-def _is_dir(source: str, storage_options: Mapping[str, Any] | None) -> bool:
-    if "://" not in source and not storage_options:
-        return os.path.isdir(source)
-    fs, path = _fs_and_path(source, storage_options)
-    return bool(fs.isdir(path))
 
 
 def detect_format(source: str, storage_options: Mapping[str, Any] | None = None) -> str:
     """``"json"``, ``"parquet"`` or ``"packed"``, from the content at ``source`` (not its name)."""
-    if _is_dir(source, storage_options):
-        return "parquet"
-    from ._packed import MAGIC as PACKED_MAGIC
-
-    head = _head(source, storage_options)
-    if head.startswith(PACKED_MAGIC):
-        return "packed"
-    return "json"
+    return detect(os.fspath(source), storage_options).name
 
 
 def load(
     source: Any,
     *,
     storage_options: Mapping[str, Any] | None = None,
+    cache_size: int | None = None,
     **options: Any,
 ) -> ReferenceSet:
     """Read a reference set.
 
-    ``source``: a :class:`ReferenceSet` (returned as is), a dict (Version 0 or 1), or a path/URL to
-    JSON (``.json``, ``.json.gz``, ``.json.zst``; compression is recognised by content), a parquet
-    reference directory, or a packed file. ``options`` go to the format's reader (for JSON:
-    ``max_gen``, ``template_overrides``). Malformed input raises :class:`~refset.errors.InvalidReferences`.
+    ``source``: a :class:`ReferenceSet` (returned as is), a mapping (a Version 0 or 1 document, or the
+    set's own value forms: bytes, ``(url,)``, ``(url, offset, length)``), JSON text as bytes, or a
+    path/URL to JSON (``.json``, ``.json.gz``, ``.json.zst``; compression is recognised by content),
+    a parquet reference directory, or a packed file. ``options`` go to the format's reader (for JSON:
+    ``lazy``, ``max_gen``, ``template_overrides``). ``cache_size``: decoded blocks (parquet records,
+    packed segments) kept for single-key lookups. Malformed input raises
+    :class:`~refset.errors.InvalidReferences`.
 
     ``lazy=True`` (JSON files over 64 KiB): read keys, metadata and inline values now and the chunk
     tables on first use, keeping the text in memory until then; problems in chunk references are
     then reported at first use. Parquet and packed sets are always read lazily.
+
+    A set opened from a path or URL pickles as that path and these options, so Dask workers reopen it
+    lazily; other sets pickle their columns.
     """
-    lazy = bool(options.pop("lazy", False))
     if isinstance(source, ReferenceSet):
-        return source
-    if not isinstance(source, (str, os.PathLike)) and isinstance(source, Mapping):
+        rs = source
+    elif not isinstance(source, str | os.PathLike) and isinstance(source, Mapping):
         from ._json import from_document
 
-        return from_document(source, **options)
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        from ._json import from_json_bytes
+        options.pop("lazy", None)
+        rs = from_document(source, **options)
+    elif isinstance(source, bytes | bytearray | memoryview):
+        from ._json_read import json_source
 
-        return from_json_bytes(bytes(source), lazy=lazy, **options)
-    if not isinstance(source, (str, os.PathLike)):
+        rs = ReferenceSet(json_source([bytes(source)], **options))
+    elif isinstance(source, str | os.PathLike):
+        path = os.fspath(source)
+        spec, head = detect_with_head(path, storage_options)
+        src = spec.read(path, storage_options=storage_options, head=head, **options)
+        kwargs = dict(options)
+        if storage_options:
+            kwargs["storage_options"] = dict(storage_options)
+        if cache_size is not None:
+            kwargs["cache_size"] = cache_size
+        rs = ReferenceSet(src, origin=(load, (path,), kwargs))
+    else:
         raise InvalidReferences(
-            f"source: expected a dict, a ReferenceSet or a path/URL, got {type(source).__name__}"
+            f"source: expected a mapping, a ReferenceSet, JSON bytes or a path/URL, got {type(source).__name__}"
         )
-    source = os.fspath(source)
-    fmt = detect_format(source, storage_options)
-    if fmt == "parquet":
-        from ._parquet import read_parquet
-
-        return read_parquet(source, storage_options=storage_options, **options)
-    if fmt == "packed":
-        from ._packed import read_packed
-
-        return read_packed(source, storage_options=storage_options, **options)
-    from ._io import decompress, read_bytes
-    from ._json import from_json_bytes
-
-    raw = read_bytes(source, storage_options)
-    compression = {b"\x1f\x8b": "gzip", b"\x28\xb5": "zstd"}.get(raw[:2])
-    box = [decompress(raw, source)]
-    del raw  # the reader releases the text before it builds the tables
-    rs = from_json_bytes(box, lazy=lazy, **options)
-    rs.stored.setdefault("compression", compression)
-    _release_freed_memory()
+    if cache_size is not None:
+        rs.block_cache_size = max(1, int(cache_size))
     return rs
-
-
-def _release_freed_memory() -> None:
-    """Hand the parser's freed temporaries back to the OS (glibc keeps them in its heap)."""
-    import ctypes
-    import sys
-
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):
-            pass
-
-
-def _infer_format(dest: str) -> str:
-    name = dest.rstrip("/")
-    for suffix in (".gz", ".zst", ".zstd"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    if name.endswith((".parq", ".parquet")):
-        return "parquet"
-    if name.endswith((".packed", ".refs", ".rfs")):
-        return "packed"
-    return "json"
 
 
 def save(
@@ -143,35 +89,13 @@ def save(
 ) -> None:
     """Write ``refs`` (anything :func:`load` takes) to ``dest``, atomically.
 
-    ``format``: ``"json"`` (Version 0), ``"v1"`` (Version 1 with templates and ``gen``), ``"parquet"``
-    or ``"packed"``; inferred from ``dest`` when omitted (``.parq``/``.parquet`` -> parquet,
-    ``.packed`` -> packed, else JSON). JSON output is compressed by suffix: ``.gz`` or ``.zst``.
+    ``format``: ``"json"`` (Version 0), ``"v1"`` (Version 1 with URL templates; ``gen=True`` adds
+    ``gen``), ``"parquet"`` or ``"packed"``; inferred from ``dest`` when omitted
+    (``.parq``/``.parquet`` -> parquet, ``.packed`` -> packed, else JSON). JSON output is compressed by
+    suffix: ``.gz`` or ``.zst``. Files get the mode the umask gives new files.
     """
-    rs = load(refs, storage_options=storage_options) if not isinstance(refs, ReferenceSet) else refs
+    rs = load(refs, storage_options=storage_options)
     dest = os.fspath(dest)
-    fmt = format or _infer_format(dest)
-    if fmt not in FORMATS:
-        raise Unsupported(f"format: unknown format {fmt!r}, expected one of {', '.join(FORMATS)}")
-    if fmt == "parquet":
-        from ._parquet import write_parquet
+    spec = by_name(format) if format is not None else for_dest(dest)
+    spec.write(rs.loaded(), dest, storage_options=storage_options, **options)
 
-        write_parquet(rs, dest, storage_options=storage_options, **options)
-        return
-    if fmt == "packed":
-        from ._packed import write_packed
-
-        write_packed(rs, dest, storage_options=storage_options, **options)
-        return
-    from ._io import compress, write_bytes
-
-    if fmt == "v1":
-        from ._v1_writer import dumps_v1
-
-        data = dumps_v1(rs, **options)
-    else:
-        if options:
-            raise Unsupported(f"options {sorted(options)} are not used by format 'json'")
-        from ._json_v0 import dumps_v0
-
-        data = dumps_v0(rs)
-    write_bytes(dest, compress(data, dest), storage_options)

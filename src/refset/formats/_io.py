@@ -8,11 +8,9 @@ import tempfile
 from typing import Any
 
 from ..errors import InvalidReferences
+from .registry import GZIP_MAGIC, ZSTD_MAGIC
 
-__all__ = ["read_bytes", "write_bytes", "decompress", "compress", "GZIP_MAGIC", "ZSTD_MAGIC"]
-
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+__all__ = ["read_bytes", "write_bytes", "decompress", "compress", "file_mode", "is_local", "local_path"]
 
 
 def decompress(data: bytes, name: str = "") -> bytes:
@@ -43,18 +41,38 @@ def compress(data: bytes, dest: str) -> bytes:
     return data
 
 
-def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
+def is_local(path: str, storage_options: object = None) -> bool:
+    """Whether ``path`` is a plain local path (or ``file://`` URL) with no storage options."""
+    return ("://" not in path or path.startswith("file://")) and not storage_options
 
 
-def _local(path: str) -> str:
+def local_path(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where the system tells it (Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    m = os.umask(0o022)
+    os.umask(m)
+    return m
+
+
+def file_mode(directory: bool = False) -> int:
+    """The mode a new file (or directory) gets from open()/mkdir() under the current umask."""
+    return (0o777 if directory else 0o666) & ~_umask()
 
 
 def read_bytes(path: str, storage_options: dict[str, Any] | None = None) -> bytes:
     """The content at ``path``; a large local file is memory-mapped (no copy, read on demand)."""
-    if _is_local(path) and not storage_options:
-        with open(_local(os.fspath(path)), "rb") as f:
+    if is_local(path, storage_options):
+        with open(local_path(os.fspath(path)), "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size >= 1 << 22:
                 import mmap
@@ -71,13 +89,14 @@ def read_bytes(path: str, storage_options: dict[str, Any] | None = None) -> byte
 
 def write_bytes(path: str, data: bytes, storage_options: dict[str, Any] | None = None) -> None:
     """Write ``data`` to ``path`` atomically: a temporary file beside it, then rename."""
-    if _is_local(path):
-        path = _local(os.fspath(path))
+    if is_local(path):
+        path = local_path(os.fspath(path))
         d = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(prefix=".refset-", suffix=".tmp", dir=d)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+            os.chmod(tmp, file_mode())  # mkstemp makes 0600; a new file gets the umask's mode
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):

@@ -1,33 +1,44 @@
-"""JSON reference documents (Version 0, the ``{"version": 1, "refs": ...}`` envelope, Version 1)."""
+"""Parsed JSON reference documents (Version 0, the ``{"version": 1, "refs": ...}`` envelope, Version 1,
+and any mapping in the set's own value forms) into a Builder: the generic path, one key at a time,
+which reports every problem precisely."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from ..builder import Builder
 from ..errors import InvalidReferences
-from ..model import Builder, ReferenceSet
+from ..model import ReferenceSet
 from ._json_v0 import refs_from_v0
 from ._json_v1 import DEFAULT_MAX_GEN, read_v1
 
-__all__ = ["from_document", "from_json_bytes", "document_problems", "decode_json"]
+__all__ = ["from_document", "collect", "decode_json", "is_v1"]
 
 
 def decode_json(data: bytes) -> Any:
-    """Parse JSON text; a syntax error becomes InvalidReferences naming the position."""
+    """Parse JSON text; a syntax error becomes InvalidReferences naming the position.
+
+    ``NaN``, ``Infinity`` and ``-Infinity`` are accepted, as Python's json (and fsspec) read them:
+    kerchunk writes them in attributes.
+    """
     import msgspec
 
     try:
         return msgspec.json.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
-        raise InvalidReferences(f"invalid JSON: {e}") from None
+        first = e
+    try:
+        return json.loads(bytes(data))
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidReferences(f"invalid JSON: {first}") from None
 
 
 def is_v1(doc: Mapping[str, Any]) -> bool:
     """Version 1 when ``version`` is present and is not itself a reference (a V0 key "version")."""
     v = doc.get("version")
-    return "version" in doc and not isinstance(v, (str, list, dict))
+    return "version" in doc and not isinstance(v, str | list | tuple | dict | bytes)
 
 
 def collect(
@@ -42,11 +53,14 @@ def collect(
     """Check ``doc`` and add its references to a Builder; problems are appended, one line each."""
     b = builder or Builder()
     if not isinstance(doc, Mapping):
-        problems.append(f"document: must be a JSON object, got {type(doc).__name__}")
+        hint = (" (a list of reference sets: load each item, or combine them)"
+                if isinstance(doc, list) else "")
+        problems.append(f"document: must be a JSON object, got {type(doc).__name__}{hint}")
         return b
     if is_v1(doc):
         if doc["version"] != 1:
-            problems.append(f"version: unknown version {json.dumps(doc['version'])}, expected 1")
+            problems.append(f"version: unknown version {json.dumps(doc['version'], default=str)}, "
+                            "expected 1")
             return b
         read_v1(doc, b, problems, max_gen=max_gen, template_overrides=template_overrides,
                 refs_done=refs_done)
@@ -62,52 +76,11 @@ def from_document(
     max_gen: int = DEFAULT_MAX_GEN,
     template_overrides: Mapping[str, str] | None = None,
     builder: Builder | None = None,
-    dense: Collection[str] | None = None,
 ) -> ReferenceSet:
-    """The set of a parsed document. ``builder`` (empty, possibly sharing a URL table) and
-    ``dense`` (see ``Builder.build``) let a lazy reader finish the way it started."""
+    """The set of a parsed document. ``builder`` (empty, possibly sharing a URL table) lets a lazy
+    reader finish with the URL ids it handed out."""
     problems: list[str] = []
     b = collect(doc, problems, max_gen=max_gen, template_overrides=template_overrides, builder=builder)
     if problems:
         raise InvalidReferences(problems)
-    rs = b.build(dense=dense)
-    rs.stored.update(format="json", version=1 if is_v1(doc) else 0)
-    return rs
-
-
-def from_json_bytes(
-    data: bytes | list[bytes],
-    *,
-    max_gen: int = DEFAULT_MAX_GEN,
-    template_overrides: Mapping[str, str] | None = None,
-    lazy: bool = False,
-) -> ReferenceSet:
-    """Parse JSON text (or a one-item list holding it, which the reader may empty to save memory).
-
-    ``lazy``: large documents read their chunk tables on first use (see ``_fastjson.fast_load``).
-    """
-    from ._fastjson import fast_load
-
-    rs = fast_load(data, max_gen=max_gen, template_overrides=template_overrides, lazy=lazy)
-    if rs is not None:
-        return rs
-    text = data[0] if isinstance(data, list) else data
-    return from_document(decode_json(text), max_gen=max_gen, template_overrides=template_overrides)
-
-
-def document_problems(data: bytes, *, max_gen: int = DEFAULT_MAX_GEN) -> list[str]:
-    """Every problem of a JSON reference document, one line each (empty when valid)."""
-    from ._fastjson import fast_load
-
-    try:
-        if fast_load(data, max_gen=max_gen) is not None:
-            return []  # the vectorised reader accepts only valid documents
-    except InvalidReferences as e:
-        return e.problems
-    try:
-        doc = decode_json(data)
-    except InvalidReferences as e:
-        return e.problems
-    problems: list[str] = []
-    collect(doc, problems, max_gen=max_gen)
-    return problems
+    return b.build({"format": "json", "version": 1 if is_v1(doc) else 0})

@@ -5,12 +5,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..model import Ref, ReferenceSet, encode_inline
+import numpy as np
 
-__all__ = ["normalize_value", "where", "dumps_v0"]
+from ..model import ReferenceSet
+from ..tables import MAX_END, Ref
+
+__all__ = ["normalize_value", "where", "dumps_v0", "write_json", "refs_from_v0", "is_int"]
 
 
 def where(key: str, *index: int) -> str:
@@ -18,8 +22,11 @@ def where(key: str, *index: int) -> str:
     return f"refs[{json.dumps(key)}]" + "".join(f"[{i}]" for i in index)
 
 
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def is_int(v: object) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    import numbers
+
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool | np.bool_)
 
 
 def normalize_value(
@@ -28,7 +35,8 @@ def normalize_value(
     problems: list[str],
     render_url: Callable[[str, str], str | None] | None = None,
 ) -> Ref | None:
-    """One Version 0 (or Version 1 ``refs``) value as a :data:`~refset.model.Ref`.
+    """One Version 0 (or Version 1 ``refs``) value as a :data:`~refset.tables.Ref`; the set's own
+    value forms (``bytes``, ``(url,)``, ``(url, offset, length)``, numpy integers) are taken too.
 
     Problems are appended to ``problems`` (one line each) and None is returned for a bad value.
     ``render_url(url, where)`` expands templates in URLs (Version 1); it reports its own problems.
@@ -41,10 +49,12 @@ def normalize_value(
                 problems.append(f"{where(key)}: bad base64 data ({e})")
                 return None
         return value.encode("utf-8")
-    if isinstance(value, (dict,)):
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, dict):
         # a JSON document given as an object: the value is that JSON file
         return json.dumps(value).encode("utf-8")
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         if len(value) not in (1, 3):
             problems.append(
                 f"{where(key)}: a reference list must have 1 item [url] or 3 items "
@@ -59,11 +69,14 @@ def normalize_value(
         if len(value) == 3:
             for i, name in ((1, "offset"), (2, "length")):
                 v = value[i]
-                if not _is_int(v) or v < 0:
-                    problems.append(
-                        f"{where(key, i)}: {name} must be a non-negative integer, got {json.dumps(v)}"
-                    )
+                if not is_int(v) or v < 0:
+                    shown = json.dumps(v, default=repr)
+                    problems.append(f"{where(key, i)}: {name} must be a non-negative integer, got {shown}")
                     ok = False
+            if ok and int(value[1]) + int(value[2]) >= MAX_END:
+                problems.append(f"{where(key)}: offset {int(value[1])} + length {int(value[2])} must be "
+                                "below 2**63")
+                ok = False
         if render_url is not None and "{{" in url:
             rendered = render_url(url, where(key, 0))
             if rendered is None:
@@ -71,7 +84,7 @@ def normalize_value(
             url = rendered
         if not ok:
             return None
-        return (url,) if len(value) == 1 else (url, value[1], value[2])
+        return (url,) if len(value) == 1 else (url, int(value[1]), int(value[2]))
     problems.append(
         f"{where(key)}: value must be a string, a JSON object, [url] or [url, offset, length], "
         f"got {type(value).__name__}"
@@ -103,4 +116,13 @@ def dumps_v0(rs: ReferenceSet) -> bytes:
     return msgspec.json.encode(rs.to_dict())
 
 
-__all__ += ["refs_from_v0", "encode_inline"]
+def write_json(rs: ReferenceSet, dest: str, *, storage_options: Mapping[str, Any] | None = None,
+               **options: Any) -> None:
+    """Write ``rs`` as Version 0 JSON to ``dest`` (``.gz``/``.zst``: compressed), atomically."""
+    from ..errors import Unsupported
+    from ._io import compress, write_bytes
+
+    if options:
+        raise Unsupported(f"options {sorted(options)} are not used by format 'json'")
+    dest = os.fspath(dest)
+    write_bytes(dest, compress(dumps_v0(rs), dest), dict(storage_options or {}))

@@ -8,18 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from ..keys import ChunkGrid
-from ..model import RANGE, WHOLE, Builder, array_key
-from ._json_v0 import refs_from_v0
+from ..builder import Builder
+from ..keys import ChunkGrid, array_key
+from ..tables import RANGE, WHOLE
+from ._json_v0 import is_int, refs_from_v0
 from ._templates import NotVectorisable, Part, Templates, compile_expr, render
 
 __all__ = ["read_v1", "DEFAULT_MAX_GEN"]
 
 DEFAULT_MAX_GEN = 100_000_000
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def read_v1(
@@ -115,7 +112,7 @@ def _check_gen(
         for name, d in dims.items():
             dat = f"{at}.dimensions[{json.dumps(name)}]"
             if isinstance(d, list):
-                if not all(_is_int(v) for v in d):
+                if not all(is_int(v) for v in d):
                     problems.append(f"{dat}: a list dimension must hold integers only")
                 else:
                     out[name] = np.array(d, np.int64)
@@ -127,7 +124,7 @@ def _check_gen(
                     problems.append(f"{dat}: \"stop\" is required")
                     continue
                 vals = {k: d.get(k, dflt) for k, dflt in (("start", 0), ("stop", None), ("step", 1))}
-                wrong = [k for k, v in vals.items() if not _is_int(v)]
+                wrong = [k for k, v in vals.items() if not is_int(v)]
                 if wrong:
                     problems.append(f"{dat}.{wrong[0]}: must be an integer, got {json.dumps(vals[wrong[0]])}")
                     continue

@@ -21,7 +21,8 @@ import numpy as np
 
 from ..errors import InvalidReferences, Unsupported
 from ..keys import ChunkGrid
-from ..model import RANGE, ChunkTable, Ref, ReferenceSet, min_uint
+from ..model import ReferenceSet
+from ..tables import ABSENT, INLINE, RANGE, ChunkTable, KeyTable, Ref, min_uint, resolve, sparse_grid
 from ._packed_array import (
     Segment,
     array_stats,
@@ -33,11 +34,12 @@ from ._packed_array import (
     encode_strings,
     lookup_segment,
 )
-from ._packed_codec import BlockReader, BlockWriter
+from ._packed_codec import BlockReader, BlockWriter, decompressor
+from .registry import PACKED_MAGIC
 
-__all__ = ["MAGIC", "VERSION", "read_packed", "write_packed", "PackedReferenceSet"]
+__all__ = ["MAGIC", "VERSION", "read_packed", "write_packed", "pack", "PackedSource"]
 
-MAGIC = b"\x89RFSPK\r\n"
+MAGIC = PACKED_MAGIC
 VERSION = 1
 HEADER = struct.Struct("<8sIIQIIQQ12sI")  # see docs/packed-format.md, "Header"
 HEADER_SIZE = 64
@@ -69,12 +71,22 @@ def write_packed(
                 dict(storage_options or {}))
 
 
+def _segment_step(t: ChunkTable, segment_chunks: int) -> int:
+    """Cells per segment: ``segment_chunks``, or more for a sparse grid, so that a segment holds about
+    ``segment_chunks`` present chunks and their number stays proportional to what is present."""
+    n = t.nchunks
+    if not t.is_sparse:
+        return segment_chunks
+    nseg = max(1, -(-t.count() // segment_chunks))
+    return max(segment_chunks, -(-n // nseg))
+
+
 def pack(rs: ReferenceSet, *, level: int = 3, segment_chunks: int = DEFAULT_SEGMENT) -> bytes:
-    """The packed encoding of ``rs`` as bytes."""
+    """The packed encoding of ``rs`` (an in-memory set: see ``ReferenceSet.loaded``) as bytes."""
     import zstandard
 
-    if segment_chunks < 1:
-        raise ValueError(f"segment_chunks must be >= 1, got {segment_chunks}")
+    if isinstance(segment_chunks, bool) or not isinstance(segment_chunks, int) or segment_chunks < 1:
+        raise Unsupported(f"segment_chunks: expected a positive integer, got {segment_chunks!r}")
     cctx = zstandard.ZstdCompressor(level=level, write_content_size=True)
     blocks: list[bytes] = []
     pos = 0
@@ -86,7 +98,8 @@ def pack(rs: ReferenceSet, *, level: int = 3, segment_chunks: int = DEFAULT_SEGM
         pos += len(data)
         return entry
 
-    urls = list(rs.urls)
+    tables = {p: rs.table(p) for p in rs.grids}
+    urls = list(rs.urls)  # after the tables: final
     w = BlockWriter(cctx)
     w.u64(len(urls))
     encode_strings(w, urls)
@@ -97,25 +110,28 @@ def pack(rs: ReferenceSet, *, level: int = 3, segment_chunks: int = DEFAULT_SEGM
     head_size = pos
     arrays = []
     total = len(rs.other)
-    for path, g in rs.grids.items():
-        t = rs.table(path)
+    for path, t in tables.items():
+        g = t.grid
         n = g.nchunks
-        stats = array_stats(t.kind, t.path_id, t.length)
-        loc = (t.kind == RANGE)
-        stats["max_offset"] = int(t.offset[loc].max(initial=0))
-        stats["max_length"] = int(t.length[loc].max(initial=0))
+        f, kind, pid, off, ln = t.entries()
+        stats = array_stats(n, kind, pid, ln)
+        loc = kind == RANGE
+        stats["max_offset"] = int(off[loc].max(initial=0))
+        stats["max_length"] = int(ln[loc].max(initial=0))
+        step = _segment_step(t, segment_chunks)
         segs = []
         counts = {"runs": 0, "gaps": 0, "negative_gaps": 0}
-        for lo in range(0, n, segment_chunks):
-            hi = min(n, lo + segment_chunks)
+        bounds = np.searchsorted(f, np.arange(0, n + step, step, dtype=np.int64)) if n else np.zeros(1, np.int64)
+        for i, lo in enumerate(range(0, n, step)):
+            a, b = int(bounds[i]), int(bounds[i + 1])
             w = BlockWriter(cctx)
-            got = encode_segment(w, t.kind[lo:hi], t.path_id[lo:hi], t.offset[lo:hi],
-                                 t.length[lo:hi], t.inline, lo)
+            got = encode_segment(w, min(n, lo + step) - lo, f[a:b] - lo, kind[a:b], pid[a:b], off[a:b],
+                                 ln[a:b], t.inline, lo)
             for k, v in got.items():
                 counts[k] += v
             segs.append(put(w.getvalue()))
         nbytes = sum(s[1] for s in segs)
-        present = int(stats["present"])  # type: ignore[call-overload]
+        present = len(f)
         total += present
         stats.update(counts)
         stats["bytes"] = nbytes
@@ -123,7 +139,7 @@ def pack(rs: ReferenceSet, *, level: int = 3, segment_chunks: int = DEFAULT_SEGM
         arrays.append({
             "path": path, "shape": list(g.shape), "chunks": list(g.chunks),
             "separator": g.separator, "prefix": g.prefix, "zarr_format": g.zarr_format,
-            "present": present, "segment_chunks": segment_chunks, "segments": segs, "stats": stats,
+            "present": present, "segment_chunks": step, "segments": segs, "stats": stats,
         })
     index = {
         "version": VERSION, "refs": total,
@@ -209,15 +225,16 @@ def _check_index(src: _Source, index: Any) -> None:
 
 
 def read_packed(
-    source: str, *, storage_options: dict[str, Any] | None = None, **options: Any
-) -> PackedReferenceSet:
-    """Open a packed reference set: reads the head only; arrays decode on first use."""
+    source: str, *, storage_options: dict[str, Any] | None = None, lazy: bool = True,
+    head: bytes | None = None, **options: Any
+) -> PackedSource:
+    """Open a packed reference set: reads the head only; arrays decode on first use (always lazy:
+    ``lazy`` is accepted for symmetry with JSON). ``head``: the file's first bytes, when read."""
     if options:
         raise Unsupported(f"options {sorted(options)} are not used by format 'packed'")
-    import zstandard
-
     src = _Source(os.fspath(source), storage_options)
-    head = src.read(0, HEAD_GUESS)
+    if head is None:
+        head = src.read(0, HEAD_GUESS)
     if len(head) < HEADER_SIZE:
         raise InvalidReferences(
             f"{src.name}: packed block header: truncated: {len(head)} bytes, expected {HEADER_SIZE}"
@@ -240,11 +257,12 @@ def read_packed(
         head += src.read(len(head), head_size)
     src.head = head
     data_start = HEADER_SIZE + index_size
-    dctx = zstandard.ZstdDecompressor()
     raw_index = _block(src, "index", [HEADER_SIZE, index_size, index_crc], 0,
                        head[HEADER_SIZE:data_start])
+    import zstandard
+
     try:
-        index = json.loads(dctx.decompress(raw_index))
+        index = json.loads(decompressor().decompress(raw_index))
     except (zstandard.ZstdError, ValueError) as e:
         raise InvalidReferences(f"{src.name}: packed block index: undecodable ({e})") from e
     _check_index(src, index)
@@ -253,98 +271,136 @@ def read_packed(
         s = data_start + entry[0]
         return _block(src, name, entry, data_start, head[s : s + entry[1]] if s < len(head) else None)
 
-    r = BlockReader(head_block("urls", index["urls"]["block"]), f"urls of {src.name}", dctx)
+    r = BlockReader(head_block("urls", index["urls"]["block"]), f"urls of {src.name}")
     urls = decode_strings(r, r.count(1 << 40, "URL count"))
     r.end()
-    r = BlockReader(head_block("other", index["other"]["block"]), f"other of {src.name}", dctx)
+    r = BlockReader(head_block("other", index["other"]["block"]), f"other of {src.name}")
     other = decode_other(r, len(urls))
-    return PackedReferenceSet(src, index, urls, other, data_start, dctx)
+    return PackedSource(src, index, tuple(urls), other, data_start)
 
 
-class PackedReferenceSet(ReferenceSet):
-    """A :class:`ReferenceSet` read from a packed file; each array's segments are fetched and decoded
-    on first use (one segment for a single-key lookup, all of them for :meth:`table`)."""
+class _SegmentBlock:
+    """A checked segment block (a :class:`~refset.source.Block`): the first lookup reads one cell
+    without building the segment's columns; a second one decodes the segment once."""
 
-    def __init__(self, src: _Source, index: dict[str, Any], urls: list[str], other: Any,
-                 data_start: int, dctx: Any) -> None:
-        grids = {}
+    def __init__(self, raw: bytes, name: str, lo: int, urls: tuple[str, ...]) -> None:
+        self.raw, self.name, self.lo, self.urls = raw, name, lo, urls
+        self.seg: Segment | None = None
+        self.hits = 0
+
+    @property
+    def decoded(self) -> bool:
+        return self.seg is not None
+
+    def ref(self, j: int) -> Ref | None:
+        seg = self.seg
+        if seg is None:
+            self.hits += 1
+            if self.hits == 1:
+                row = lookup_segment(BlockReader(self.raw, self.name), self.lo, len(self.urls), j)
+                return None if row[0] == ABSENT else resolve(row, self.urls, "")
+            seg = self.seg = decode_segment(BlockReader(self.raw, self.name), self.lo, len(self.urls))
+        i = int(np.searchsorted(seg.rel, j))
+        if i >= len(seg.rel) or seg.rel[i] != j:
+            return None
+        kind = int(seg.kind[i])
+        if kind == INLINE:
+            return seg.inline[self.lo + j]
+        return resolve((kind, int(seg.path_id[i]), int(seg.offset[i]), int(seg.length[i]), None),
+                       self.urls, "")
+
+
+class PackedSource:
+    """The :class:`~refset.source.Source` of a packed file: URL table and other keys from the head;
+    each array's segments fetched and decoded on first use (one segment is a block)."""
+
+    def __init__(self, src: _Source, index: dict[str, Any], urls: tuple[str, ...], other: KeyTable,
+                 data_start: int) -> None:
+        self.grids: dict[str, ChunkGrid] = {}
         self._entries: dict[str, dict[str, Any]] = {}
         for a in index["arrays"]:
-            grids[a["path"]] = ChunkGrid(tuple(a["shape"]), tuple(a["chunks"]), a["separator"],
-                                         a["prefix"], a["zarr_format"])
+            self.grids[a["path"]] = ChunkGrid(tuple(a["shape"]), tuple(a["chunks"]), a["separator"],
+                                              a["prefix"], a["zarr_format"])
             self._entries[a["path"]] = a
-        super().__init__(urls, {}, other, grids)
         self._src = src
         self._base = data_start
-        self._dctx = dctx
-        self._segments: dict[tuple[str, int], Segment] = {}  # decoded by single-key lookups
-        self._raw: dict[tuple[str, int], bytes] = {}  # checked blocks of segments looked up once
+        self._urls = urls
+        self._other = other
         self._refs = int(index["refs"])
-        self.stored = {"format": "packed", "version": VERSION, "refs": self._refs,
-                       "packed_arrays": {p: e["stats"] for p, e in self._entries.items()}}
 
-    def _decode(self, path: str, i: int, data: bytes | None = None, out: Segment | None = None) -> Segment:
+    def urls(self) -> tuple[str, ...]:
+        return self._urls
+
+    def other(self) -> KeyTable:
+        return self._other
+
+    def other_under(self, path: str) -> KeyTable | None:
+        return self._other
+
+    def lookup_other(self, key: str) -> Ref | None:
+        i = self._other.find(key)
+        return None if i < 0 else resolve(self._other.row(i), self._urls, key)
+
+    def block_size(self, path: str) -> int:
+        return int(self._entries[path]["segment_chunks"])
+
+    def block(self, path: str, i: int) -> _SegmentBlock:
         e = self._entries[path]
         name = f"array {path!r} segment {i}"
-        raw = _block(self._src, name, e["segments"][i], self._base, data)
-        lo = i * e["segment_chunks"]
-        if out is None:
-            n = min(e["segment_chunks"], self.grids[path].nchunks - lo)
-            out = Segment(np.zeros(n, np.uint8), np.zeros(n, np.int64), np.zeros(n, np.uint64),
-                          np.zeros(n, np.uint64), {})
-        return decode_segment(BlockReader(raw, f"{name} of {self._src.name}", self._dctx), lo,
-                              len(self.urls), out)
+        raw = _block(self._src, name, e["segments"][i], self._base)
+        return _SegmentBlock(raw, f"{name} of {self._src.name}", i * e["segment_chunks"], self._urls)
 
-    def _load_table(self, path: str) -> ChunkTable:
-        # docstring inherited
+    def count(self) -> int | None:
+        return self._refs
+
+    def info(self) -> dict[str, object]:
+        return {"format": "packed", "version": VERSION, "refs": self._refs,
+                "packed_arrays": {p: e["stats"] for p, e in self._entries.items()}}
+
+    def table(self, path: str) -> ChunkTable:
         e = self._entries[path]
         g = self.grids[path]
         segs = e["segments"]
         n = g.nchunks
         step = e["segment_chunks"]
         st = e["stats"]
-        # the dtypes ChunkTable would compact to, known from the index: no second pass
-        kind = np.zeros(n, np.uint8)
-        pid = np.zeros(n, min_uint(max(len(self.urls) - 1, 0)))
-        off = np.zeros(n, np.uint32 if st.get("max_offset", 1 << 64) >> 32 == 0 else np.uint64)
-        ln = np.zeros(n, np.uint32 if st.get("max_length", 1 << 64) >> 32 == 0 else np.uint64)
-        inline: dict[int, bytes] = {}
+        blob = b""
         if segs:
             first = segs[0][0]
             blob = self._src.read(self._base + first, self._base + segs[-1][0] + segs[-1][1])
-        for i, (o, size, _) in enumerate(segs):
-            sl = slice(i * step, min(n, (i + 1) * step))
-            out = Segment(kind[sl], pid[sl], off[sl], ln[sl], inline)
-            seg = self._segments.pop((path, i), None)
-            self._raw.pop((path, i), None)
-            if seg is None:
-                self._decode(path, i, blob[o - first : o - first + size], out)
-            else:
-                for a, b in zip(out[:4], seg[:4], strict=True):
-                    a[:] = b
+
+        def decoded(i: int) -> Segment:
+            o, size, _ = segs[i]
+            name = f"array {path!r} segment {i}"
+            raw = _block(self._src, name, segs[i], self._base, blob[o - first : o - first + size])
+            return decode_segment(BlockReader(raw, f"{name} of {self._src.name}"), i * step,
+                                  len(self._urls))
+
+        inline: dict[int, bytes] = {}
+        if sparse_grid(n, int(e["present"])):
+            parts = []
+            for i in range(len(segs)):
+                seg = decoded(i)
+                parts.append((seg.rel + i * step, seg.kind, seg.path_id, seg.offset, seg.length))
                 inline.update(seg.inline)
+            cols = [np.concatenate([p[j] for p in parts]) if parts else np.zeros(0, np.int64)
+                    for j in range(5)]
+            return ChunkTable(g, *cols[1:], inline, flat=cols[0])
+        # the dtypes ChunkTable would compact to, known from the index: no second pass
+        kind = np.zeros(n, np.uint8)
+        pid = np.zeros(n, min_uint(max(len(self._urls) - 1, 0)))
+        off = np.zeros(n, np.uint32 if st.get("max_offset", 1 << 64) >> 32 == 0 else np.uint64)
+        ln = np.zeros(n, np.uint32 if st.get("max_length", 1 << 64) >> 32 == 0 else np.uint64)
+        for i in range(len(segs)):
+            seg = decoded(i)
+            lo = i * step
+            if len(seg.rel) == min(step, n - lo):  # every cell present: slices, no scatter
+                sl: Any = slice(lo, lo + len(seg.rel))
+            else:
+                sl = seg.rel + lo
+            kind[sl] = seg.kind
+            pid[sl] = seg.path_id
+            off[sl] = seg.offset
+            ln[sl] = seg.length
+            inline.update(seg.inline)
         return ChunkTable(g, kind, pid, off, ln, inline)
-
-    def _chunk_ref(self, path: str, flat: int, key: str) -> Ref:
-        # docstring inherited
-        if path in self._tables:
-            return super()._chunk_ref(path, flat, key)
-        i, j = divmod(flat, self._entries[path]["segment_chunks"])
-        seg = self._segments.get((path, i))
-        if seg is None:
-            raw = self._raw.pop((path, i), None)
-            if raw is None:
-                # first key of this segment: look it up without building the segment's columns
-                name = f"array {path!r} segment {i}"
-                raw = self._raw[(path, i)] = _block(self._src, name, self._entries[path]["segments"][i],
-                                                    self._base)
-                r = BlockReader(raw, f"{name} of {self._src.name}", self._dctx)
-                lo = i * self._entries[path]["segment_chunks"]
-                return self._resolve(*lookup_segment(r, lo, len(self.urls), j), key)
-            # a second key in the same segment: decode it whole, once
-            seg = self._segments[(path, i)] = self._decode(path, i, raw)
-        return self._resolve(int(seg.kind[j]), int(seg.path_id[j]), int(seg.offset[j]),
-                             int(seg.length[j]), seg.inline.get(flat), key)
-
-    def __len__(self) -> int:
-        return self._refs

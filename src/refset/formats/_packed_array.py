@@ -6,7 +6,7 @@ idea is the blog's custom generator, made lossless and vectorised: chunks are gr
 consecutive located chunks (range or whole-file) in the same file; each run stores its file and first
 offset once; every later chunk's offset is predicted as the end of the chunk before it, so only the
 *gap* (0 almost always; negative for out-of-order chunks) is stored; lengths are stored as differences
-from a base (the median); absent chunks are a bitmap. Decoding is numpy cumsum/repeat, never a
+from a base (the median); absent chunks are a bitmap (or, in sparse grids, the present positions). Decoding is numpy cumsum/repeat, never a
 per-chunk Python loop.
 """
 
@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..model import ABSENT, INLINE, RANGE, WHOLE, KeyTable
+from ..tables import ABSENT, INLINE, RANGE, WHOLE, KeyTable
 from ._packed_codec import BlockReader, BlockWriter, unzigzag, zigzag
 
 __all__ = [
@@ -31,13 +31,15 @@ __all__ = [
     "array_stats",
 ]
 
-ALL_PRESENT, ALL_RANGE = 1, 2
+ALL_PRESENT, ALL_RANGE, POSITIONS = 1, 2, 4
 _U64 = np.uint64
 
 
 class Segment(NamedTuple):
-    """Decoded columns of cells ``[lo, lo + len(kind))`` of one array; ``inline`` keys are global."""
+    """The present cells of one segment: positions ``rel`` (ascending, relative to the segment's
+    first cell) and their columns; ``inline`` keys are global flat indices."""
 
+    rel: np.ndarray
     kind: np.ndarray
     path_id: np.ndarray
     offset: np.ndarray
@@ -51,6 +53,8 @@ def _located(kind: np.ndarray) -> np.ndarray:
 
 def encode_segment(
     w: BlockWriter,
+    ncells: int,
+    rel: np.ndarray,
     kind: np.ndarray,
     path_id: np.ndarray,
     offset: np.ndarray,
@@ -58,24 +62,30 @@ def encode_segment(
     inline: dict[int, bytes],
     lo: int,
 ) -> dict[str, int]:
-    """Write the segment of cells ``lo..lo+len(kind)`` (columns already sliced); return gap counts."""
-    ncells = len(kind)
-    present = kind != ABSENT
-    pflat = np.flatnonzero(present)
-    kp = kind[pflat]
-    flags = (ALL_PRESENT if len(pflat) == ncells else 0) | (ALL_RANGE if bool((kp == RANGE).all()) else 0)
+    """Write the segment of cells ``lo..lo+ncells`` from its present cells (positions ``rel`` relative
+    to ``lo``, ascending, and their columns); return gap counts. Presence is a bitmap, or a list of
+    positions when that is smaller (a sparse grid)."""
+    npresent = len(rel)
+    kp = np.asarray(kind)
+    positions = npresent != ncells and 32 * npresent < ncells
+    flags = ((ALL_PRESENT if npresent == ncells else 0) | (ALL_RANGE if bool((kp == RANGE).all()) else 0)
+             | (POSITIONS if positions else 0))
     w.u64(ncells)
     w.u8(flags)
-    if not flags & ALL_PRESENT:
+    if not flags & (ALL_PRESENT | POSITIONS):
+        present = np.zeros(ncells, bool)
+        present[rel] = True
         w.blob(np.packbits(present, bitorder="little").tobytes())
-    w.u64(len(pflat))
+    w.u64(npresent)
+    if positions:
+        w.ints((np.diff(rel, prepend=-1) - 1).astype(_U64))
     if not flags & ALL_RANGE:
         w.ints(kp.astype(np.uint64))
-    loc = pflat[_located(kp)]
-    rng = kind[loc] == RANGE
-    pid = path_id[loc].astype(np.int64)
-    off = np.where(rng, offset[loc].astype(_U64), _U64(0))
-    ln = np.where(rng, length[loc].astype(_U64), _U64(0))
+    loc = np.flatnonzero(_located(kp))
+    rng = kp[loc] == RANGE
+    pid = np.asarray(path_id)[loc].astype(np.int64)
+    off = np.where(rng, np.asarray(offset)[loc].astype(_U64), _U64(0))
+    ln = np.where(rng, np.asarray(length)[loc].astype(_U64), _U64(0))
     n = len(loc)
     start = np.ones(n, bool)
     if n > 1:
@@ -96,7 +106,7 @@ def encode_segment(
         gaps[1:] = off[1:] - (off[:-1] + ln[:-1])
     gaps[spos] = 0
     w.sparse_ints(zigzag(gaps))
-    iflat = pflat[kp == INLINE]
+    iflat = np.asarray(rel)[kp == INLINE]
     blobs = [inline[lo + int(i)] for i in iflat]
     w.ints(np.fromiter((len(b) for b in blobs), _U64, len(blobs)))
     w.blob(b"".join(blobs))
@@ -104,27 +114,32 @@ def encode_segment(
     return {"runs": len(spos), "gaps": int(np.count_nonzero(sg)), "negative_gaps": int((sg < 0).sum())}
 
 
-def decode_segment(r: BlockReader, lo: int, nurls: int, out: Segment | None = None) -> Segment:
-    """Read one segment block written by :func:`encode_segment`, into ``out`` (zero-filled columns
-    of the segment's cells, e.g. slices of a whole table) or new columns."""
-    ncells = r.count(1 << 40, "cell count")
-    if out is None:
-        out = Segment(np.zeros(ncells, np.uint8), np.zeros(ncells, np.int64), np.zeros(ncells, _U64),
-                      np.zeros(ncells, _U64), {})
-    elif len(out.kind) != ncells:
-        raise r.fail(f"holds {ncells} cells, expected {len(out.kind)}")
+def _presence(r: BlockReader, ncells: int) -> tuple[int, np.ndarray | None, int]:
+    """(flags, positions of present cells or None when read after the count, npresent)."""
     flags = r.u8()
-    if flags & ~(ALL_PRESENT | ALL_RANGE):
+    if flags & ~(ALL_PRESENT | ALL_RANGE | POSITIONS) or (flags & ALL_PRESENT and flags & POSITIONS):
         raise r.fail(f"unknown segment flags {flags:#x}")
+    rel = None
     if flags & ALL_PRESENT:
-        present = np.ones(ncells, bool)
-    else:
+        rel = np.arange(ncells, dtype=np.int64)
+    elif not flags & POSITIONS:
         bits = np.frombuffer(r.blob((ncells + 7) // 8), np.uint8)
-        present = np.unpackbits(bits, count=ncells, bitorder="little").view(bool)
-    pflat = np.flatnonzero(present)
+        rel = np.flatnonzero(np.unpackbits(bits, count=ncells, bitorder="little"))
     npresent = r.count(ncells, "present count")
-    if npresent != len(pflat):
-        raise r.fail(f"present count {npresent} disagrees with the bitmap ({len(pflat)})")
+    if rel is None:
+        rel = np.cumsum(r.ints(npresent).astype(np.int64) + 1) - 1
+        if npresent and rel[-1] >= ncells:
+            raise r.fail(f"present position {int(rel[-1])} outside the segment of {ncells} cells")
+    elif npresent != len(rel):
+        raise r.fail(f"present count {npresent} disagrees with the bitmap ({len(rel)})")
+    return flags, rel, npresent
+
+
+def decode_segment(r: BlockReader, lo: int, nurls: int) -> Segment:
+    """Read one segment block written by :func:`encode_segment`: its present cells."""
+    ncells = r.count(1 << 62, "cell count")
+    flags, rel, npresent = _presence(r, ncells)
+    assert rel is not None
     if flags & ALL_RANGE:
         kp = np.full(npresent, RANGE, np.uint8)
     else:
@@ -132,8 +147,7 @@ def decode_segment(r: BlockReader, lo: int, nurls: int, out: Segment | None = No
         if npresent and (kp64.min() < RANGE or kp64.max() > INLINE):
             raise r.fail("kind code outside 1..3")
         kp = kp64.astype(np.uint8)
-    out.kind[pflat] = kp
-    loc = pflat[_located(kp)]
+    loc = np.flatnonzero(_located(kp))
     n = len(loc)
     nruns = r.count(n, "run count")
     if (nruns == 0) != (n == 0):
@@ -159,35 +173,48 @@ def decode_segment(r: BlockReader, lo: int, nurls: int, out: Segment | None = No
     corr = starts - c[spos]
     d[spos] = np.diff(corr, prepend=_U64(0))
     off = np.cumsum(d, dtype=_U64)
-    out.path_id[loc] = np.repeat(rpid, runlen)
-    out.offset[loc] = off
-    out.length[loc] = ln
-    iflat = pflat[kp == INLINE]
+    if n == npresent:  # every present cell is a file reference (the common case): no scatter
+        pid_all, off_all, ln_all = np.repeat(rpid, runlen), off, ln
+    else:
+        pid_all = np.zeros(npresent, np.int64)
+        off_all = np.zeros(npresent, _U64)
+        ln_all = np.zeros(npresent, _U64)
+        pid_all[loc] = np.repeat(rpid, runlen)
+        off_all[loc] = off
+        ln_all[loc] = ln
+    iflat = rel[kp == INLINE]
     sizes = r.ints(len(iflat)).astype(np.int64)
     data = r.blob(int(sizes.sum()))
     ends = np.cumsum(sizes).tolist()
-    out.inline.update(
-        {lo + i: data[e - s : e] for i, s, e in zip(iflat.tolist(), sizes.tolist(), ends, strict=True)}
-    )
+    inline = {lo + i: data[e - s : e] for i, s, e in zip(iflat.tolist(), sizes.tolist(), ends, strict=True)}
     r.end()
-    return out
+    return Segment(rel, kp, pid_all, off_all, ln_all, inline)
 
 
 def lookup_segment(r: BlockReader, lo: int, nurls: int, j: int) -> tuple[int, int, int, int, bytes | None]:
     """``(kind, path_id, offset, length, inline data)`` of cell ``j`` alone (a checked block): the
     columns are decompressed but only the cell's file run is summed, no per-cell arrays are built."""
-    ncells = r.count(1 << 40, "cell count")
+    ncells = r.count(1 << 62, "cell count")
     if not 0 <= j < ncells:
         raise r.fail(f"cell {j} outside the segment of {ncells}")
     flags = r.u8()
+    if flags & ~(ALL_PRESENT | ALL_RANGE | POSITIONS) or (flags & ALL_PRESENT and flags & POSITIONS):
+        raise r.fail(f"unknown segment flags {flags:#x}")
     if flags & ALL_PRESENT:
         rank = j
+        npresent = r.count(ncells, "present count")
+    elif flags & POSITIONS:
+        npresent = r.count(ncells, "present count")
+        pos = np.cumsum(r.ints(npresent).astype(np.int64) + 1) - 1
+        rank = int(np.searchsorted(pos, j))
+        if rank >= npresent or pos[rank] != j:
+            return ABSENT, 0, 0, 0, None
     else:
         bits = np.frombuffer(r.blob((ncells + 7) // 8), np.uint8)
         if not (bits[j >> 3] >> (j & 7)) & 1:
             return ABSENT, 0, 0, 0, None
         rank = int(np.unpackbits(bits, count=j, bitorder="little").sum())
-    npresent = r.count(ncells, "present count")
+        npresent = r.count(ncells, "present count")
     if flags & ALL_RANGE:
         kind, q = RANGE, rank
     else:
@@ -282,10 +309,10 @@ def decode_other(r: BlockReader, nurls: int) -> KeyTable:
     return KeyTable(keys, kind, pid, off, ln, data)
 
 
-def array_stats(kind: np.ndarray, path_id: np.ndarray, length: np.ndarray) -> dict[str, object]:
-    """The blog's figures for one array: modal length, chunks of another length (``unique``), distinct
-    lengths, skipped (absent) chunks, files and gfactor = 1 - (unique + skipped) / chunks."""
-    total = len(kind)
+def array_stats(total: int, kind: np.ndarray, path_id: np.ndarray, length: np.ndarray) -> dict[str, object]:
+    """The blog's figures for one array of ``total`` cells, from its present chunks' columns: modal
+    length, chunks of another length (``unique``), distinct lengths, skipped (absent) chunks, files and
+    gfactor = 1 - (unique + skipped) / chunks."""
     rng = kind == RANGE
     ln = length[rng]
     modal, nmodal, distinct = 0, 0, 0
@@ -299,7 +326,7 @@ def array_stats(kind: np.ndarray, path_id: np.ndarray, length: np.ndarray) -> di
             vals, counts = np.unique(ln, return_counts=True)
             j = int(counts.argmax())
             modal, nmodal, distinct = int(vals[j]), int(counts[j]), len(vals)
-    skipped = int(np.count_nonzero(kind == ABSENT))
+    skipped = total - int(np.count_nonzero(kind != ABSENT))
     unique = int(ln.size - nmodal)
     located = _located(kind)
     files = len(np.unique(path_id[located])) if located.any() else 0

@@ -17,12 +17,14 @@ Signed columns are zigzag-mapped. All arithmetic is modulo 2**64, so any uint64 
 from __future__ import annotations
 
 import struct
+import threading
+from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidReferences
 
-__all__ = ["BlockWriter", "BlockReader", "zigzag", "unzigzag", "RAW", "ZSTD"]
+__all__ = ["BlockWriter", "BlockReader", "zigzag", "unzigzag", "decompressor", "RAW", "ZSTD"]
 
 RAW, ZSTD = 0, 1
 _U64 = struct.Struct("<Q")
@@ -89,14 +91,26 @@ class BlockWriter:
         return b"".join(self.parts)
 
 
+_LOCAL = threading.local()
+
+
+def decompressor() -> Any:
+    """This thread's zstd decompressor (one object must not decompress on two threads at once)."""
+    d = getattr(_LOCAL, "dctx", None)
+    if d is None:
+        import zstandard
+
+        d = _LOCAL.dctx = zstandard.ZstdDecompressor()
+    return d
+
+
 class BlockReader:
     """Reads the sections of one block; every inconsistency raises InvalidReferences naming it."""
 
-    def __init__(self, data: bytes, name: str, dctx: object) -> None:
+    def __init__(self, data: bytes, name: str) -> None:
         self.buf = memoryview(data)
         self.pos = 0
         self.name = name
-        self.dctx = dctx
 
     def fail(self, what: str) -> InvalidReferences:
         return InvalidReferences(f"packed block {self.name}: {what}")
@@ -130,9 +144,7 @@ class BlockReader:
             import zstandard
 
             try:
-                out = self.dctx.decompress(  # type: ignore[attr-defined]
-                    stored, max_output_size=expected if expected is not None else 0
-                )
+                out = decompressor().decompress(stored, max_output_size=expected if expected is not None else 0)
             except zstandard.ZstdError as e:
                 raise self.fail(f"corrupt zstd data ({e})") from e
         else:

@@ -11,32 +11,33 @@ Each row has ``path`` (string or dictionary, nullable), ``offset``, ``size`` (in
 ``size`` is 0. Both null (or the record file missing): the key is absent.
 
 Opening reads ``.zmetadata`` only. A key lookup reads the one record file that holds it, decoded with
-pyarrow (no pandas) and kept in a bounded LRU cache; a whole array is decoded only when asked
-(``rs.table(path)``, iteration, ``to_dict``, saving).
+pyarrow (no pandas); the set keeps recent records (its block cache). A whole array is decoded only
+when asked (``rs.table(path)``, iteration, ``to_dict``, saving).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import threading
-from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import InvalidReferences, Unsupported
 from ..keys import ChunkGrid, grid_from_document, grid_from_metadata, split_metadata_key
-from ..model import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, ReferenceSet
+from ..producer import metadata_bytes
+from ..tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, sparse_grid
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["read_parquet", "write_parquet", "ParquetReferenceSet", "record_name", "DEFAULT_CACHE_SIZE"]
+__all__ = ["read_parquet", "ParquetSource", "record_name", "decode_zmetadata"]
 
-DEFAULT_CACHE_SIZE = 128  # record files kept decoded, like fsspec's LazyReferenceMapper
-_LOC_CACHE = 1 << 16  # parsed chunk keys remembered (cleared when full)
+LIST_FIRST = 1000  # an array with more record files than this: list its directory before reading
+
+# The bytes of a ``.zmetadata`` entry are what fsspec returns: it stores parsed JSON documents and
+# serves them re-serialised (compact), so whitespace of the original documents is not kept. A
+# document stored as text (the spec's ``dict[str, str]``) is returned unchanged.
 
 
 def record_name(path: str, record: int) -> str:
@@ -44,17 +45,20 @@ def record_name(path: str, record: int) -> str:
     return f"{path}/refs.{record}.parq" if path else f"refs.{record}.parq"
 
 
-def metadata_bytes(value: object) -> bytes:
-    """The bytes of one ``.zmetadata`` entry, as fsspec returns them.
+def decode_zmetadata(raw: bytes, where: str) -> Any:
+    """``.zmetadata`` as JSON; ``NaN``/``Infinity`` accepted, as fsspec (and kerchunk) write them."""
+    import json
 
-    fsspec stores parsed JSON documents and serves them re-serialised (``ujson.dumps``: compact); we
-    serve compact JSON too, so whitespace of the original documents is not kept. The spec's wording
-    (``dict[str, str]``) allows the document as text, which is returned unchanged (a zarr metadata
-    document is never a JSON string, so the two cannot be confused).
-    """
-    if isinstance(value, str):
-        return value.encode()
-    return json.dumps(value, separators=(",", ":")).encode()
+    import msgspec
+
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        first = e
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidReferences(f"{where}: not JSON ({first})") from None
 
 
 class _Store:
@@ -78,19 +82,44 @@ class _Store:
                 return f.read()
         return bytes(self.fs.cat_file(f"{self.root}/{rel}"))
 
+    def names(self, rel: str) -> set[str] | None:
+        """File names in directory ``rel``, or None when the store cannot list it (plain HTTP)."""
+        try:
+            if self.fs is None:
+                return set(os.listdir(os.path.join(self.root, rel)))
+            return {p.rstrip("/").rpartition("/")[2] for p in self.fs.ls(f"{self.root}/{rel}", detail=False)}
+        except FileNotFoundError:
+            return set()
+        except Exception:
+            return None
+
 
 class _Record:
-    """One decoded record file: columns in row order (row i is chunk ``record * R + i``)."""
+    """One decoded record file (a :class:`~refset.source.Block`): columns in row order (row i is chunk
+    ``record * R + i``); ``path_id`` indexes the record's own ``urls``."""
 
-    __slots__ = ("inline", "kind", "length", "nrows", "offset", "path_id")
+    __slots__ = ("inline", "kind", "length", "nrows", "offset", "path_id", "urls")
+    decoded = True
 
     def __init__(self, kind: np.ndarray, path_id: np.ndarray, offset: np.ndarray, length: np.ndarray,
-                 inline: dict[int, bytes], nrows: int) -> None:
+                 inline: dict[int, bytes], nrows: int, urls: list[str]) -> None:
         self.kind, self.path_id, self.offset, self.length = kind, path_id, offset, length
-        self.inline, self.nrows = inline, nrows
+        self.inline, self.nrows, self.urls = inline, nrows, urls
+
+    def ref(self, j: int) -> Ref | None:
+        if j >= self.nrows:
+            return None
+        kind = self.kind.item(j)
+        if kind == RANGE:
+            return (self.urls[self.path_id.item(j)], self.offset.item(j), self.length.item(j))
+        if kind == WHOLE:
+            return (self.urls[self.path_id.item(j)],)
+        if kind == INLINE:
+            return self.inline[j]
+        return None
 
 
-_EMPTY_RECORD = _Record(*(np.zeros(0, np.uint8),) * 4, {}, 0)  # type: ignore[call-arg]
+_EMPTY_RECORD = _Record(*(np.zeros(0, np.uint8),) * 4, {}, 0, [])  # type: ignore[call-arg]
 
 
 def _column(table: pa.Table, name: str) -> pa.Array | None:
@@ -123,8 +152,8 @@ def _int_column(table: pa.Table, name: str, n: int, where: str) -> np.ndarray:
     return a
 
 
-def decode_record(data: bytes, where: str, url_id: Any) -> _Record:
-    """Decode one record file. ``url_id(url) -> int`` maps a URL to its id in the set's URL table."""
+def decode_record(data: bytes, where: str) -> _Record:
+    """Decode one record file."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -136,6 +165,7 @@ def decode_record(data: bytes, where: str, url_id: Any) -> _Record:
     kind = np.zeros(n, np.uint8)
     pid = np.zeros(n, np.int64)
     inline: dict[int, bytes] = {}
+    urls: list[str] = []
     offset = _int_column(table, "offset", n, where)
     size = _int_column(table, "size", n, where)
 
@@ -151,9 +181,8 @@ def decode_record(data: bytes, where: str, url_id: Any) -> _Record:
             values, indices = enc.dictionary, enc.indices
         has = _valid(indices)
         urls = [u.decode() if isinstance(u, bytes) else u for u in values.to_pylist()]
-        remap = np.array([url_id(u) for u in urls] or [0], np.int64)
         idx = indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        pid = np.where(has, remap[idx], 0)
+        pid = np.where(has, idx, 0)
         kind[has] = RANGE
         kind[has & (size == 0)] = WHOLE
 
@@ -167,17 +196,17 @@ def decode_record(data: bytes, where: str, url_id: Any) -> _Record:
         kind[has_raw] = INLINE  # raw wins over path, as in fsspec
         pid[has_raw] = 0
     live = kind == RANGE
-    return _Record(kind, pid, np.where(live, offset, 0), np.where(live, size, 0), inline, n)
+    return _Record(kind, pid, np.where(live, offset, 0), np.where(live, size, 0), inline, n, urls)
 
 
-class ParquetReferenceSet(ReferenceSet):
-    """A lazily read parquet reference directory. Opening reads ``.zmetadata`` only."""
+class ParquetSource:
+    """The :class:`~refset.source.Source` of a parquet reference directory. Opening reads
+    ``.zmetadata`` only; a record file is a block (read and decoded on its own for single keys)."""
 
     def __init__(self, store: _Store, metadata: Mapping[str, object], record_size: int,
-                 cache_size: int = DEFAULT_CACHE_SIZE, source: str = "") -> None:
-        # metadata documents are serialised when first asked for, except those that give a grid
+                 source: str = "") -> None:
         self._docs = dict(metadata)
-        self._meta: dict[str, bytes] = {}
+        self._meta: dict[str, bytes] = {}  # documents serialised when first asked for
         grids: dict[str, ChunkGrid] = {}
         for key, value in self._docs.items():
             meta = split_metadata_key(key)
@@ -186,226 +215,139 @@ class ParquetReferenceSet(ReferenceSet):
                      else grid_from_metadata(meta[1], self._metadata(key)))
                 if g is not None:
                     grids[meta[0]] = g
-        self._other: KeyTable | None = None
-        super().__init__([], {}, None, grids)  # type: ignore[arg-type]  # `other` is built lazily
+        self.grids = grids
         self.store = store
         self.source = source
         self.record_size = record_size
-        self.stored.update(format="parquet", record_size=record_size)
-        self.cache_size = max(1, int(cache_size))
-        self._cache: OrderedDict[tuple[str, int], _Record] = OrderedDict()
-        self._lock = threading.RLock()
         self._url_ids: dict[str, int] = {}
-        self._locs: dict[str, tuple[str, int]] = {}  # parsed keys (like fsspec's key->record cache)
-        self._strides = {p: _strides(g) for p, g in grids.items()}
-        self._dotted = {p: (self._strides[p], g.grid_shape) for p, g in grids.items()
-                        if p and not g.prefix and (g.separator == "." or not g.shape)}
-        self._rows_stored: dict[str, int] = {}
-        self._records_found: dict[str, int] = {}
+        self._url_t: tuple[str, ...] = ()
+        self._stats: dict[str, tuple[int, int, int, int]] = {}  # per array read: see info()
 
-    # -- metadata -----------------------------------------------------------------------------------
     def _metadata(self, key: str) -> bytes:
         data = self._meta.get(key)
         if data is None:
-            data = self._meta[key] = metadata_bytes(self._docs[key])
+            data = self._meta[key] = metadata_bytes(self._docs[key], f"{self.source}/.zmetadata")
         return data
 
-    @property  # type: ignore[override]
+    # -- Source ------------------------------------------------------------------------------------
+    def urls(self) -> tuple[str, ...]:
+        if len(self._url_t) != len(self._url_ids):
+            self._url_t = tuple(self._url_ids)
+        return self._url_t
+
     def other(self) -> KeyTable:
-        """The ``.zmetadata`` documents (built on first use)."""
-        if self._other is None:
-            self._other = KeyTable.from_items(
-                {k: (INLINE, 0, 0, 0, self._metadata(k)) for k in self._docs})
-        return self._other
+        return KeyTable.from_items({k: (INLINE, 0, 0, 0, self._metadata(k)) for k in self._docs})
 
-    @other.setter
-    def other(self, value: KeyTable | None) -> None:
-        self._other = value
+    def other_under(self, path: str) -> KeyTable | None:
+        return None
 
-    # -- records ------------------------------------------------------------------------------------
-    def _url_id(self, url: str) -> int:
-        i = self._url_ids.get(url)
-        if i is None:
-            i = self._url_ids[url] = len(self.urls)
-            self.urls.append(url)
-        return i
+    def lookup_other(self, key: str) -> Ref | None:
+        return self._metadata(key) if key in self._docs else None
 
+    def block_size(self, path: str) -> int:
+        return self.record_size
+
+    def block(self, path: str, i: int) -> _Record:
+        return self._read_record(path, i) or _EMPTY_RECORD
+
+    def count(self) -> int | None:
+        return None
+
+    def info(self) -> dict[str, object]:
+        out: dict[str, object] = {"format": "parquet", "record_size": self.record_size,
+                                  "metadata_keys": len(self._docs)}
+        if self._stats:  # figures of the arrays read so far (all of them once the set is loaded)
+            cols = list(zip(*self._stats.values(), strict=True))
+            out["records"] = sum(cols[0])
+            out["records_expected"] = sum(-(-self.grids[p].nchunks // self.record_size) for p in self._stats)
+            out["rows_stored"] = sum(cols[1])
+            out["rows_used"] = sum(cols[2])
+            out["rows_unused"] = sum(cols[1]) - sum(cols[2])
+            out["rows_padding"] = sum(cols[3])
+        return out
+
+    # -- records -----------------------------------------------------------------------------------
     def _read_record(self, path: str, record: int) -> _Record | None:
         name = record_name(path, record)
         try:
             data = self.store.cat(name)
         except FileNotFoundError:
             return None  # fsspec reads a missing record file as absent keys too
-        with self._lock:
-            return decode_record(data, f"{self.source}/{name}", self._url_id)
+        return decode_record(data, f"{self.source}/{name}")
 
-    def record(self, path: str, record: int) -> _Record:
-        """Decoded record ``record`` of array ``path`` (cached, LRU-bounded)."""
-        k = (path, record)
-        rec = self._cache.get(k)
-        if rec is not None:
-            return rec
-        rec = self._read_record(path, record) or _EMPTY_RECORD
-        with self._lock:
-            self._cache[k] = rec
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-        return rec
-
-    # -- lookup -------------------------------------------------------------------------------------
-    def _chunk_ref(self, path: str, flat: int, key: str) -> Ref:
-        # docstring inherited
-        t = self._tables.get(path)
-        if t is not None:
-            return super()._chunk_ref(path, flat, key)
-        record, row = divmod(flat, self.record_size)
-        k = (path, record)
-        try:
-            rec = self._cache[k]
-            self._cache.move_to_end(k)
-        except KeyError:  # not cached (or evicted by another thread meanwhile)
-            rec = self.record(path, record)
-        if row >= rec.nrows:
-            raise KeyError(key)
-        kind = rec.kind.item(row)
-        return self._resolve(kind, rec.path_id.item(row), rec.offset.item(row), rec.length.item(row),
-                             rec.inline[row] if kind == INLINE else None, key)
-
-    def __getitem__(self, key: str) -> Ref:
-        # docstring inherited
-        if not isinstance(key, str):
-            raise KeyError(key)
-        loc = self._locs.get(key)
-        if loc is not None:
-            return self._chunk_ref(loc[0], loc[1], key)
-        if key in self._docs:
-            return self._metadata(key)
-        # fast path for "."-separated (and scalar) arrays: "<path>/<i>.<j>..." -> flat index
-        path, _, suffix = key.rpartition("/")
-        spec = self._dotted.get(path)
-        if spec is not None:
-            strides, gshape = spec
-            if not gshape:
-                if suffix == "0":
-                    return self._chunk_ref(path, 0, key)
-            else:
-                parts = suffix.split(".")
-                if len(parts) == len(gshape):
-                    flat = 0
-                    try:
-                        for p, n, s in zip(parts, gshape, strides, strict=True):
-                            i = int(p)
-                            if i < 0 or i >= n or str(i) != p:  # canonical decimal, in bounds
-                                break
-                            flat += i * s
-                        else:
-                            if len(self._locs) >= _LOC_CACHE:
-                                self._locs.clear()
-                            self._locs[key] = (path, flat)
-                            return self._chunk_ref(path, flat, key)
-                    except ValueError:
-                        pass
-        return super().__getitem__(key)
-
-    # -- whole arrays -------------------------------------------------------------------------------
-    def _load_table(self, path: str) -> ChunkTable:
-        # docstring inherited
-        g = self.grids[path]
-        n, size = g.nchunks, self.record_size
-        nrec = -(-n // size)
-        kind = np.zeros(n, np.uint8)
-        pid = np.zeros(n, np.int64)
-        off = np.zeros(n, np.int64)
-        ln = np.zeros(n, np.int64)
-        inline: dict[int, bytes] = {}
-        stored = found = 0
-        for r in range(nrec):
-            rec = self._cache.get((path, r)) or self._read_record(path, r)
-            if rec is None:
+    def _records(self, path: str) -> Iterator[tuple[int, _Record]]:
+        """Every record file of array ``path`` that exists, in order."""
+        n = -(-self.grids[path].nchunks // self.record_size)
+        names = self.store.names(path) if n > LIST_FIRST else None
+        for r in range(n):
+            if names is not None and f"refs.{r}.parq" not in names:
                 continue
-            found += 1
-            stored += rec.nrows
-            lo = r * size
-            m = min(rec.nrows, n - lo, size)
-            if m <= 0:
-                continue
-            kind[lo:lo + m] = rec.kind[:m]
-            pid[lo:lo + m] = rec.path_id[:m]
-            off[lo:lo + m] = rec.offset[:m]
-            ln[lo:lo + m] = rec.length[:m]
-            inline.update({lo + i: b for i, b in rec.inline.items() if i < m})
-        self._rows_stored[path] = stored
-        self._records_found[path] = found
-        return ChunkTable(g, kind, pid, off, ln, inline)
-
-    def __len__(self) -> int:
-        # docstring inherited
-        return len(self.other) + sum(self.table(p).count() for p in self.grids)
-
-    def format_info(self) -> dict[str, object]:
-        # docstring inherited
-        tables = {p: self.table(p) for p in self.grids}
-        used = sum(t.count() for t in tables.values())
-        for p in tables:
-            if p not in self._rows_stored:  # table came from elsewhere: count the files' rows
-                self._rows_stored[p], self._records_found[p] = self._count_rows(p)
-        stored = sum(self._rows_stored.values())
-        return {
-            "format": "parquet",
-            "record_size": self.record_size,
-            "records": sum(self._records_found.values()),
-            "records_expected": sum(-(-g.nchunks // self.record_size) for g in self.grids.values()),
-            "rows_stored": stored,
-            "rows_used": used,
-            "rows_unused": stored - used,
-            "rows_padding": stored - sum(min(g.nchunks, self._rows_stored[p])
-                                         for p, g in self.grids.items()),
-            "metadata_keys": len(self._docs),
-        }
-
-    def _count_rows(self, path: str) -> tuple[int, int]:
-        stored = found = 0
-        for r in range(-(-self.grids[path].nchunks // self.record_size)):
             rec = self._read_record(path, r)
             if rec is not None:
-                stored += rec.nrows
-                found += 1
-        return stored, found
+                yield r, rec
 
-
-def _strides(g: ChunkGrid) -> tuple[int, ...]:
-    out = []
-    s = 1
-    for n in reversed(g.grid_shape):
-        out.append(s)
-        s *= n
-    return tuple(reversed(out))
+    def table(self, path: str) -> ChunkTable:
+        g = self.grids[path]
+        n, size = g.nchunks, self.record_size
+        recs = list(self._records(path))
+        inline: dict[int, bytes] = {}
+        remaps = [np.array([self._url_ids.setdefault(u, len(self._url_ids)) for u in rec.urls] or [0],
+                           np.int64) for _, rec in recs]
+        present = sum(int(np.count_nonzero(rec.kind[: max(0, min(rec.nrows, n - r * size))]))
+                      for r, rec in recs)
+        stored = sum(rec.nrows for _, rec in recs)
+        padding = sum(max(0, rec.nrows - max(0, min(size, n - r * size))) for r, rec in recs)
+        self._stats[path] = (len(recs), stored, present, padding)
+        if not sparse_grid(n, present):
+            kind = np.zeros(n, np.uint8)
+            pid = np.zeros(n, np.int64)
+            off = np.zeros(n, np.int64)
+            ln = np.zeros(n, np.int64)
+            for (r, rec), remap in zip(recs, remaps, strict=True):
+                lo = r * size
+                m = min(rec.nrows, n - lo, size)
+                if m <= 0:
+                    continue
+                kind[lo:lo + m] = rec.kind[:m]
+                pid[lo:lo + m] = remap[rec.path_id[:m]]
+                off[lo:lo + m] = rec.offset[:m]
+                ln[lo:lo + m] = rec.length[:m]
+                inline.update({lo + i: b for i, b in rec.inline.items() if i < m})
+            return ChunkTable(g, kind, pid, off, ln, inline)
+        parts = []
+        for (r, rec), remap in zip(recs, remaps, strict=True):
+            lo = r * size
+            rows = np.flatnonzero(rec.kind[: max(0, min(rec.nrows, n - lo, size))])
+            parts.append((rows + lo, rec.kind[rows], remap[rec.path_id[rows]], rec.offset[rows],
+                          rec.length[rows]))
+            inline.update({lo + i: b for i, b in rec.inline.items() if lo + i < n})
+        cols = [np.concatenate([p[j] for p in parts]) if parts else np.zeros(0, np.int64) for j in range(5)]
+        return ChunkTable.from_entries(g, *cols, inline=inline)
 
 
 def read_parquet(
     source: str,
     *,
     storage_options: Mapping[str, Any] | None = None,
-    cache_size: int = DEFAULT_CACHE_SIZE,
+    lazy: bool = True,
+    head: bytes | None = None,
     **options: Any,
-) -> ParquetReferenceSet:
-    """Open a parquet reference directory (local path or fsspec URL); reads ``.zmetadata`` only.
+) -> ParquetSource:
+    """Open a parquet reference directory (local path or fsspec URL); reads ``.zmetadata`` only
+    (always lazy: ``lazy`` is accepted for symmetry with JSON).
 
-    ``cache_size``: how many decoded record files to keep (least recently used are dropped).
+    Record files are found from ``record_size``, so a server that does not list directories (plain
+    HTTP) serves the set too.
     """
     if options:
         raise Unsupported(f"options {sorted(options)} are not used when reading parquet references")
-    store = _Store(os.fspath(source), storage_options)
+    source = os.fspath(source).rstrip("/")
+    store = _Store(source, storage_options)
     try:
         raw = store.cat(".zmetadata")
     except FileNotFoundError as e:
         raise InvalidReferences(f"{source}: no .zmetadata; not a parquet reference directory") from e
-    import msgspec
-
-    try:
-        doc = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError) as e:
-        raise InvalidReferences(f"{source}/.zmetadata: not JSON ({e})") from e
+    doc = decode_zmetadata(raw, f"{source}/.zmetadata")
     if not isinstance(doc, dict):
         raise InvalidReferences(f"{source}/.zmetadata: expected a JSON object, got {type(doc).__name__}")
     meta = doc.get("metadata", {})
@@ -417,13 +359,4 @@ def read_parquet(
         problems.append(f"{source}/.zmetadata: 'record_size' must be a positive integer, got {size!r}")
     if problems:
         raise InvalidReferences(problems)
-    return ParquetReferenceSet(store, meta, size, cache_size, source=os.fspath(source).rstrip("/"))
-
-
-def write_parquet(rs: ReferenceSet, dest: str, *, storage_options: Mapping[str, Any] | None = None,
-                  **options: Any) -> None:
-    """Write ``rs`` as a parquet reference directory; see :func:`._parquet_write.write_parquet`."""
-    from ._parquet_write import write_parquet as _write
-
-    _write(rs, dest, storage_options=storage_options, **options)
-
+    return ParquetSource(store, meta, size, source=source)

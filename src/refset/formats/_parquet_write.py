@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import Unsupported
-from ..keys import ChunkGrid, grid_from_metadata, split_metadata_key
-from ..model import INLINE, RANGE, WHOLE, KeyRouter, ReferenceSet
+from ..keys import ChunkGrid
+from ..model import ReferenceSet
+from ..tables import INLINE, RANGE, WHOLE, ChunkTable
+from ._io import file_mode
 from ._parquet import record_name
 
 __all__ = ["write_parquet", "DEFAULT_RECORD_SIZE", "DEFAULT_CATEGORICAL_THRESHOLD"]
@@ -166,6 +168,13 @@ def _record_table(kind: np.ndarray, pid: np.ndarray, off: np.ndarray, ln: np.nda
     return pa.Table.from_arrays([path, offset, size, raw], schema=schema)
 
 
+def _array(path: str, t: ChunkTable) -> _Array:
+    if t.is_sparse:
+        f, kind, pid, off, ln = t.entries()
+        return _Array(path, t.grid, kind, pid, off, ln, t.inline, flat=f)
+    return _Array(path, t.grid, t.kind, t.path_id, t.offset, t.length, t.inline)
+
+
 def _collect(rs: ReferenceSet) -> tuple[dict[str, object], list[_Array]]:
     """Metadata documents and arrays to write; refuse what the layout cannot hold."""
     meta, rest = _split_other(rs)
@@ -177,29 +186,7 @@ def _collect(rs: ReferenceSet) -> tuple[dict[str, object], list[_Array]]:
     if "" in rs.grids:
         problems.append("an array at the root of the set: fsspec's parquet layout needs every array "
                         "in a named group/array directory ('<array>/refs.<n>.parq')")
-    arrays = [
-        _Array(p, rs.table(p).grid, rs.table(p).kind, rs.table(p).path_id, rs.table(p).offset,
-               rs.table(p).length, rs.table(p).inline)
-        for p in rs.grids if p
-    ]
-    # arrays the model keeps sparse (chunk keys in `other`): route their keys by their .zarray
-    sparse_grids: dict[str, ChunkGrid] = {}
-    for key, doc in meta.items():
-        m = split_metadata_key(key)
-        if m is not None and m[0] not in rs.grids and m[0]:
-            g = grid_from_metadata(m[1], json.dumps(doc).encode())
-            if g is not None:
-                sparse_grids[m[0]] = g
-    router = KeyRouter(sparse_grids)
-    routed: dict[str, list[tuple[int, int, int, int, int, bytes | None]]] = {}
-    bad = []
-    for key, kind, pid, off, ln, data in rest:
-        hit = router.locate(key) if sparse_grids and not _is_v2_metadata(key) else None
-        if hit is None:
-            if key.rpartition("/")[2] != "zarr.json":
-                bad.append(key)
-            continue
-        routed.setdefault(hit[0], []).append((hit[1], kind, pid, off, ln, data))
+    bad = [key for key, *_ in rest if key.rpartition("/")[2] != "zarr.json"]
     if bad:
         problems.append(
             f"{len(bad)} key(s) outside any zarr v2 chunk grid and not JSON zarr metadata "
@@ -208,16 +195,7 @@ def _collect(rs: ReferenceSet) -> tuple[dict[str, object], list[_Array]]:
         )
     if problems:
         raise Unsupported("cannot write parquet references:\n" + "\n".join(problems))
-    for path, rows in routed.items():
-        rows.sort()
-        cols = list(zip(*rows, strict=True))
-        flat = np.array(cols[0], np.int64)
-        arrays.append(_Array(
-            path, sparse_grids[path], np.array(cols[1], np.uint8), np.array(cols[2], np.int64),
-            np.array(cols[3], np.uint64), np.array(cols[4], np.uint64),
-            {f: d for f, k, d in zip(cols[0], cols[1], cols[5], strict=True) if k == INLINE}, flat=flat,
-        ))
-    return meta, arrays
+    return meta, [_array(p, rs.table(p)) for p in rs.grids if p]
 
 
 def _write_tree(write_file: Any, rs: ReferenceSet, meta: Mapping[str, object], arrays: list[_Array],
@@ -303,7 +281,7 @@ def _write_local(dest: str, args: tuple[Any, ...]) -> None:
     old = None
     try:
         _write_tree(write_file, *args)
-        os.chmod(tmp, 0o777 & ~_umask())
+        os.chmod(tmp, file_mode(directory=True))
         if os.path.lexists(dest):
             old = f"{dest}.refset-old-{uuid.uuid4().hex[:8]}"
             os.rename(dest, old)
@@ -318,12 +296,6 @@ def _write_local(dest: str, args: tuple[Any, ...]) -> None:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.unlink(old)
-
-
-def _umask() -> int:
-    m = os.umask(0)
-    os.umask(m)
-    return m
 
 
 def _write_remote(dest: str, storage_options: Mapping[str, Any] | None, args: tuple[Any, ...]) -> None:

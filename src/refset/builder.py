@@ -1,0 +1,193 @@
+"""The readers' builder: references added key by key (parsed JSON) or column-wise (batches of chunk
+references), then built into tables once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .errors import InvalidReferences
+from .keys import ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
+from .model import ReferenceSet
+from .tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, Row, _compact, min_uint
+
+__all__ = ["Builder"]
+
+
+class Builder:
+    """Collects references, then builds a :class:`~refset.ReferenceSet`.
+
+    Single keys go through :meth:`add`; whole batches of chunk references of one array through
+    :meth:`add_chunks` (columnar, no per-chunk Python work). Batches take precedence over single keys
+    and later batches over earlier ones, matching "the later duplicate wins" when all single keys are
+    added first (as the readers do). ``url_ids`` is the URL table being built: readers may register
+    URLs in it and pass ids that index it, or hand in one that another builder shares.
+    """
+
+    def __init__(self, grids: Mapping[str, ChunkGrid] | None = None,
+                 url_ids: dict[str, int] | None = None) -> None:
+        self.items: dict[str, Ref] = {}
+        self.batches: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                 dict[int, bytes]]] = []
+        self.extra_grids: dict[str, ChunkGrid] = dict(grids or {})
+        self.url_ids: dict[str, int] = {} if url_ids is None else url_ids
+        self.key_batches: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, key: str, ref: Ref) -> None:
+        self.items[key] = ref
+
+    def url_id(self, url: str) -> int:
+        """The id of ``url`` in this builder's URL table (added when new)."""
+        return self.url_ids.setdefault(url, len(self.url_ids))
+
+    def add_chunks(
+        self,
+        path: str,
+        flat: np.ndarray,
+        kind: np.ndarray,
+        path_id: np.ndarray,
+        offset: np.ndarray,
+        length: np.ndarray,
+        inline: dict[int, bytes] | None = None,
+        urls: Sequence[str] | None = None,
+    ) -> None:
+        """Chunk references of array ``path`` at flat indices ``flat``.
+
+        ``path_id`` indexes ``urls`` when given, else this builder's ``url_ids``.
+        """
+        kind = np.asarray(kind, np.uint8)
+        if urls is not None:
+            path_id = self._own_ids(path_id, urls)
+        path_id = np.where(kind == INLINE, 0, np.asarray(path_id, np.int64))
+        flat = np.asarray(flat, np.int64)
+        self.batches.append((
+            path,
+            flat.astype(np.int32) if flat.size and flat.max() < 2**31 else flat,
+            kind,
+            path_id.astype(min_uint(len(self.url_ids))),
+            _compact(np.asarray(offset, np.uint64)),
+            _compact(np.asarray(length, np.uint64)),
+            dict(inline or {}),
+        ))
+
+    def add_keys(
+        self,
+        keys: np.ndarray,
+        kind: np.ndarray,
+        path_id: np.ndarray,
+        offset: np.ndarray,
+        length: np.ndarray,
+        urls: Sequence[str] | None = None,
+    ) -> None:
+        """Range or whole-file references of many keys at once (``keys``: a numpy string array).
+
+        Keys that turn out to be chunk keys of a grid are routed to its table; the others go to the
+        generic table without a Python object per key until it is built.
+        """
+        if urls is not None:
+            path_id = self._own_ids(path_id, urls)
+        self.key_batches.append((keys, np.asarray(kind, np.uint8), np.asarray(path_id, np.int64),
+                                 np.asarray(offset, np.uint64), np.asarray(length, np.uint64)))
+
+    def _own_ids(self, path_id: np.ndarray, urls: Sequence[str]) -> np.ndarray:
+        """``path_id`` indexing ``urls``, as ids of this builder's URL table."""
+        remap = np.array([self.url_id(u) for u in urls] or [0], np.int64)
+        return remap[np.asarray(path_id, np.int64)]
+
+    def _route_key_batches(self, router: KeyRouter) -> list[tuple[np.ndarray, ...]]:
+        """Move chunk keys of key batches into single items; the rest stays columnar."""
+        out = []
+        urls = list(self.url_ids)
+        for keys, kind, pid, off, ln in self.key_batches:
+            maybe = np.zeros(len(keys), bool)
+            for path in router.grids:
+                maybe |= np.strings.startswith(keys, path + "/") if path else True
+            for i in np.flatnonzero(maybe).tolist():
+                hit = router.locate(str(keys[i]))
+                if hit is not None:
+                    ref: Ref = ((urls[pid[i]], int(off[i]), int(ln[i])) if kind[i] == RANGE
+                                else (urls[pid[i]],))
+                    self.items.pop(str(keys[i]), None)
+                    self.items[str(keys[i])] = ref
+                    maybe[i] = True
+                else:
+                    maybe[i] = False
+            keep = ~maybe
+            out.append((keys[keep], kind[keep], pid[keep], off[keep], ln[keep]))
+        return out
+
+    def grids(self) -> dict[str, ChunkGrid]:
+        """Chunk grids described by the metadata added so far."""
+        grids = dict(self.extra_grids)
+        for k, v in self.items.items():
+            meta = split_metadata_key(k)
+            if meta is not None and isinstance(v, bytes):
+                g = grid_from_metadata(meta[1], v)
+                if g is not None:
+                    grids[meta[0]] = g
+        return grids
+
+    def _row(self, ref: Ref) -> Row:
+        if isinstance(ref, bytes):
+            return INLINE, 0, 0, 0, ref
+        pid = self.url_id(ref[0])
+        if len(ref) == 1:
+            return WHOLE, pid, 0, 0, None
+        return RANGE, pid, ref[1], ref[2], None  # type: ignore[misc]
+
+    def build_other(self, grids: Mapping[str, ChunkGrid]) -> KeyTable:
+        """The generic table of the single keys added so far that are not chunk keys of ``grids``
+        (for readers that build the chunk tables later)."""
+        router = KeyRouter(grids)
+        generic = {k: self._row(v) for k, v in self.items.items()
+                   if not grids or router.locate(k) is None}
+        return KeyTable.from_items(generic)
+
+    def build_parts(self) -> tuple[tuple[str, ...], dict[str, ChunkTable], KeyTable]:
+        """``(urls, tables, other)`` of everything added."""
+        row = self._row
+        grids = self.grids()
+        router = KeyRouter(grids)
+        routed: dict[str, list[tuple[int, Row]]] = {p: [] for p in grids}
+        generic: dict[str, Row] = {}
+        key_batches = self._route_key_batches(router) if grids else self.key_batches
+        for k, v in self.items.items():
+            hit = router.locate(k) if grids else None
+            if hit is None:
+                generic[k] = row(v)
+            else:
+                routed[hit[0]].append((hit[1], row(v)))
+        parts: dict[str, list[tuple[np.ndarray, ...]]] = {p: [] for p in grids}
+        inlines: dict[str, dict[int, bytes]] = {p: {} for p in grids}
+        for path, rows in routed.items():
+            if rows:
+                parts[path].append((
+                    np.array([f for f, _ in rows], np.int64),
+                    *(np.array([r[j] for _, r in rows], np.uint64) for j in range(4)),
+                ))
+                inlines[path].update({f: r[4] for f, r in rows if r[4] is not None})
+        for path, flat, kind, pid, off, ln, inl in self.batches:
+            if path not in grids:
+                raise InvalidReferences(f"no chunk grid for array {path!r}")
+            parts[path].append((flat, kind, pid, off, ln))
+            inlines[path].update(inl)
+        tables: dict[str, ChunkTable] = {}
+        for path, g in grids.items():
+            chunks = parts.pop(path)
+            if len(chunks) == 1:
+                cols = list(chunks[0])
+            else:
+                cols = [np.concatenate([c[j] for c in chunks]) if chunks else np.zeros(0, np.uint64)
+                        for j in range(5)]
+            del chunks
+            tables[path] = ChunkTable.from_entries(g, *cols, inline=inlines[path])
+        other = KeyTable.from_items(generic)
+        if key_batches:
+            other = KeyTable.merged(other, key_batches)
+        return tuple(self.url_ids), tables, other
+
+    def build(self, info: Mapping[str, object] | None = None) -> ReferenceSet:
+        """The set of everything added (in memory)."""
+        urls, tables, other = self.build_parts()
+        return ReferenceSet.from_tables(urls, tables, other, info)

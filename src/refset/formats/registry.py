@@ -1,0 +1,170 @@
+"""The one table of on-disk forms: name, reader, writer, suffixes and magic bytes.
+
+``load`` and ``save``, the CLI and the xarray backend all ask here; nothing else knows a suffix or a
+magic number. Readers and writers are named as ``module:function`` and imported on first use, so this
+module stays light (``import refset`` loads no pyarrow, zarr or jinja2).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import Unsupported
+
+__all__ = ["FormatSpec", "FORMATS", "by_name", "for_dest", "detect", "looks_like_refs",
+           "detect_with_head", "HEAD_SIZE", "PACKED_MAGIC", "GZIP_MAGIC", "ZSTD_MAGIC", "COMPRESSION_SUFFIXES"]
+
+PACKED_MAGIC = b"\x89RFSPK\r\n"
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
+
+
+@dataclass(frozen=True, slots=True)
+class FormatSpec:
+    """One stored form of a reference set."""
+
+    name: str
+    description: str
+    reader: str | None  # "module:function" returning a Source
+    writer: str | None  # "module:function" writing a ReferenceSet
+    suffixes: tuple[str, ...]
+    magic: tuple[bytes, ...] = ()
+    directory: bool = False
+    options: tuple[str, ...] = ()  # writer options
+
+    def _fn(self, ref: str | None, what: str) -> Any:
+        if ref is None:
+            raise Unsupported(f"format {self.name!r} cannot be {what}")
+        mod, _, fn = ref.partition(":")
+        return getattr(importlib.import_module(mod), fn)
+
+    def read(self, source: str, *, storage_options: Mapping[str, Any] | None = None,
+             head: bytes | None = None, **options: Any) -> Any:
+        """The :class:`~refset.source.Source` of ``source``; ``head``: its first bytes when already
+        read (detection), which the reader uses instead of reading them again."""
+        return self._fn(self.reader, "read")(source, storage_options=storage_options, head=head,
+                                             **options)
+
+    def write(self, rs: Any, dest: str, *, storage_options: Mapping[str, Any] | None = None,
+              **options: Any) -> None:
+        self._fn(self.writer, "written")(rs, dest, storage_options=storage_options, **options)
+
+
+_F = "refset.formats."
+FORMATS: dict[str, FormatSpec] = {
+    f.name: f for f in (
+        FormatSpec("json", "Version 0 JSON (.gz/.zst compress)", _F + "_json_read:read_json",
+                   _F + "_json_v0:write_json", (".json",), (b"{", GZIP_MAGIC, ZSTD_MAGIC)),
+        FormatSpec("v1", "Version 1 JSON with templates (gen=True: and gen)", _F + "_json_read:read_json",
+                   _F + "_v1_writer:write_v1", (), options=("gen",)),
+        FormatSpec("parquet", "fsspec's parquet layout (a directory)", _F + "_parquet:read_parquet",
+                   _F + "_parquet_write:write_parquet", (".parq", ".parquet"), directory=True,
+                   options=("record_size", "categorical_threshold", "pad", "compression",
+                            "compression_level")),
+        FormatSpec("packed", "refset's packed binary form", _F + "_packed:read_packed",
+                   _F + "_packed:write_packed", (".packed", ".refs", ".rfs"), (PACKED_MAGIC,),
+                   options=("level", "segment_chunks")),
+    )
+}
+
+
+def by_name(name: str) -> FormatSpec:
+    spec = FORMATS.get(name)
+    if spec is None:
+        raise Unsupported(f"format: unknown format {name!r}, expected one of {', '.join(FORMATS)}")
+    return spec
+
+
+def _strip_compression(name: str) -> str:
+    for suffix in COMPRESSION_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def for_dest(dest: str) -> FormatSpec:
+    """The format a destination's name asks for (JSON Version 0 when nothing matches)."""
+    name = _strip_compression(dest.rstrip("/"))
+    for spec in FORMATS.values():
+        if spec.suffixes and name.endswith(spec.suffixes):
+            return spec
+    return FORMATS["json"]
+
+
+def looks_like_refs(name: str) -> bool:
+    """Whether a path names a reference set by its suffix, or (local files) by its magic bytes."""
+    stripped = _strip_compression(name.rstrip("/"))
+    if any(stripped.endswith(s.suffixes) for s in FORMATS.values()):
+        return True
+    if "://" not in name and os.path.isfile(name):
+        try:
+            with open(name, "rb") as f:
+                return f.read(len(PACKED_MAGIC)) == PACKED_MAGIC
+        except OSError:
+            return False
+    return False
+
+
+def _local(source: str, storage_options: Mapping[str, Any] | None) -> str | None:
+    if storage_options:
+        return None
+    if source.startswith("file://"):
+        return source[len("file://"):]
+    return None if "://" in source else source
+
+
+HEAD_SIZE = 1 << 16  # bytes read to detect a remote format; the reader starts from them
+
+
+def detect(source: str, storage_options: Mapping[str, Any] | None = None) -> FormatSpec:
+    """The format of the reference set at ``source``, from its content (not its name).
+
+    A directory holding ``.zmetadata`` is parquet. Remotely, where directories may not be listable
+    (plain HTTP servers), ``<source>/.zmetadata`` is tried when the source cannot be read as a file or
+    does not start like JSON or packed.
+    """
+    return detect_with_head(source, storage_options)[0]
+
+
+def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = None
+                     ) -> tuple[FormatSpec, bytes | None]:
+    """:func:`detect`, and for a remote file its first ``HEAD_SIZE`` bytes (all of it when shorter),
+    which the reader takes instead of asking for them again."""
+    local = _local(source, storage_options)
+    if local is not None:
+        if os.path.isdir(local):
+            return FORMATS["parquet"], None
+        with open(local, "rb") as f:
+            head = f.read(16)
+        return (FORMATS["packed"] if head.startswith(PACKED_MAGIC) else FORMATS["json"]), None
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(source, **dict(storage_options or {}))
+    path = path.rstrip("/")
+
+    def has_zmetadata() -> bool:
+        try:
+            return bool(fs.exists(f"{path}/.zmetadata"))
+        except Exception:  # a server that refuses the probe: not parquet
+            return False
+
+    if _strip_compression(source.rstrip("/")).endswith(FORMATS["parquet"].suffixes) or source.endswith("/"):
+        if has_zmetadata():
+            return FORMATS["parquet"], None
+    try:
+        head = bytes(fs.cat_file(path, start=0, end=HEAD_SIZE))
+    except Exception:
+        if has_zmetadata():
+            return FORMATS["parquet"], None
+        raise
+    if head.startswith(PACKED_MAGIC):
+        return FORMATS["packed"], head
+    if head.lstrip()[:1] not in (b"{", b"") and not head.startswith((GZIP_MAGIC, ZSTD_MAGIC)):
+        if has_zmetadata():  # e.g. an HTML directory listing
+            return FORMATS["parquet"], None
+    return FORMATS["json"], head
