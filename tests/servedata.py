@@ -91,3 +91,31 @@ def write_zarr(root: Path, zarr_format: int, separator: str = ".") -> np.ndarray
     expect[:4] = vals[:4]  # the last row of chunks is never written
     a[:4] = vals[:4]
     return expect
+
+
+def raw_array_set(root: Path, shape: tuple[int, ...] = (40, 50, 60), chunks: tuple[int, ...] = (1, 10, 10),
+                  seed: int = 0) -> tuple[Any, np.ndarray]:
+    """A real file of raw little-endian float32 chunks (C order of chunk index) and its reference set,
+    built with ``ReferenceSet.from_arrays``: array ``v(t, y, x)``, uncompressed. Returns (set, data)."""
+    import refset
+
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal(shape).astype("<f4")
+    grid = tuple(s // c for s, c in zip(shape, chunks, strict=True))
+    nd = len(shape)
+    blocks = data.reshape([v for g, c in zip(grid, chunks, strict=True) for v in (g, c)])
+    blocks = blocks.transpose([2 * i for i in range(nd)] + [2 * i + 1 for i in range(nd)])
+    path = root / "data.bin"
+    np.ascontiguousarray(blocks).tofile(path)
+    nbytes = int(np.prod(chunks)) * 4
+    n = int(np.prod(grid))
+    meta = {
+        ".zgroup": {"zarr_format": 2},
+        "v/.zarray": {"shape": list(shape), "chunks": list(chunks), "dtype": "<f4", "compressor": None,
+                      "fill_value": None, "filters": None, "order": "C", "zarr_format": 2},
+        "v/.zattrs": {"_ARRAY_DIMENSIONS": ["t", "y", "x"][:nd], "units": "K"},
+    }
+    arrays = {"v": {"path_id": np.zeros(grid, np.int64),
+                    "offset": (np.arange(n, dtype=np.int64) * nbytes).reshape(grid),
+                    "length": np.full(grid, nbytes, np.int64)}}
+    return refset.ReferenceSet.from_arrays(meta, arrays, [path.as_uri()]), data

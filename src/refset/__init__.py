@@ -12,6 +12,7 @@ from .formats import load, save
 from .keys import ChunkGrid
 from .model import ReferenceSet
 from .tables import ChunkTable, KeyTable, concat_tables, union_urls
+from .transforms import rename_urls
 
 if TYPE_CHECKING:
     from .fs import ReferenceFileSystem
@@ -28,6 +29,7 @@ __all__ = [
     "ChunkGrid",
     "concat_tables",
     "union_urls",
+    "rename_urls",
     "ReferenceFileSystem",
     "ZarrStore",
     "open_dataset",

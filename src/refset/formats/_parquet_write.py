@@ -299,23 +299,30 @@ def _write_local(dest: str, args: tuple[Any, ...]) -> None:
 
 
 def _write_remote(dest: str, storage_options: Mapping[str, Any] | None, args: tuple[Any, ...]) -> None:
+    """Object stores have no directory rename: the tree is written beside ``dest``, then the old set
+    is removed and the files are copied into place, ``.zmetadata`` last (until it is there, readers see
+    no set rather than a mix of two)."""
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(dest, **dict(storage_options or {}))
     root = root.rstrip("/")
     tmp = f"{root}.refset-{uuid.uuid4().hex[:8]}.tmp"
+    names: list[str] = []
 
     def write_file(rel: str, data: bytes) -> None:
         fs.pipe_file(f"{tmp}/{rel}", data)
+        names.append(rel)
 
     try:
         _write_tree(write_file, *args)
         if fs.exists(root):
+            if fs.exists(f"{root}/.zmetadata"):
+                fs.rm_file(f"{root}/.zmetadata")
             fs.rm(root, recursive=True)
-        fs.mv(tmp, root, recursive=True)
-    except BaseException:
+        for rel in sorted(names, key=lambda r: r == ".zmetadata"):
+            fs.copy(f"{tmp}/{rel}", f"{root}/{rel}")
+    finally:
         try:
             fs.rm(tmp, recursive=True)
         except FileNotFoundError:
             pass
-        raise

@@ -1,0 +1,133 @@
+"""Everything a user hands to Dask pickles cheaply and reopens lazily; a process-based
+distributed.LocalCluster computes through engine="refset", chunks={} for every format."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+
+import numpy as np
+import pytest
+
+import refset
+from refset.errors import InvalidReferences, ReferenceNotReachable
+from refset.formats._jsonplan import MIN_SIZE
+
+from .servedata import raw_array_set
+
+FORMATS = ("json", "v1", "parquet", "packed")
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """A real data file and its references stored in every format (JSON large enough to be read
+    lazily)."""
+    d = tmp_path_factory.mktemp("dask")
+    small, data = raw_array_set(d, shape=(12, 20, 30), chunks=(1, 10, 10))
+    # a long history attribute, as real files carry: the JSON passes 64 KiB with few chunks
+    attrs = {**json.loads(small["v/.zattrs"]), "history": "regridded; " * 7000}
+    meta = {k: bytes(small[k]) for k in (".zgroup", "v/.zarray")} | {"v/.zattrs": attrs}
+    t = small.table("v")
+    gv = t.grid_view()
+    rs = refset.ReferenceSet.from_arrays(meta, {"v": {"path_id": gv.path_id, "offset": gv.offset,
+                                                      "length": gv.length}}, small.urls)
+    paths = {}
+    for fmt in FORMATS:
+        p = d / f"refs.{fmt}"
+        refset.save(rs, p, format=fmt)
+        paths[fmt] = p
+    assert paths["json"].stat().st_size > MIN_SIZE
+    return rs, data, paths
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sets_stores_and_filesystems_pickle_by_what_reopens_them(stored, fmt):
+    rs, _data, paths = stored
+    src = str(paths[fmt])
+    for lazy in (False, True):
+        opened = refset.load(src, lazy=lazy) if fmt in ("json", "v1") else refset.load(src)
+        opened["v/3.1.2"]  # some state: a table or a block read, a lock taken
+        blob = pickle.dumps(opened)
+        assert len(blob) < 500 and src.encode() in blob  # the path and options, not the columns
+        back = pickle.loads(blob)
+        assert back.to_dict() == rs.to_dict() and back.format_info()["format"] == opened.format_info()["format"]
+    store = refset.ZarrStore(src)
+    fs = refset.ReferenceFileSystem(fo=src, remote_options={"anon": True})
+    for obj in (store, fs):
+        blob = pickle.dumps(obj)
+        assert len(blob) < 2000
+        again = pickle.loads(blob)
+        again_fs = again if isinstance(again, refset.ReferenceFileSystem) else again.fs
+        assert again_fs.cat_file("v/3.1.2") == fs.cat_file("v/3.1.2")
+    assert pickle.loads(pickle.dumps(fs)).targets.remote_options == {"anon": True}
+
+
+def test_in_memory_sets_pickle_their_columns(stored):
+    rs, _data, _paths = stored
+    back = pickle.loads(pickle.dumps(rs))
+    assert back.to_dict() == rs.to_dict() and back.table("v").offset.flags.writeable is False
+    store = pickle.loads(pickle.dumps(refset.ZarrStore(rs)))
+    assert store.refs.to_dict() == rs.to_dict()
+
+
+def test_errors_pickle():
+    for e in (InvalidReferences(["a: bad", "b: worse"]), ReferenceNotReachable("k", "s3://b/x", "gone")):
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is type(e) and str(back) == str(e)
+    assert pickle.loads(pickle.dumps(InvalidReferences(["a", "b"]))).problems == ["a", "b"]
+
+
+def test_concurrent_lookups_decode_each_block_once(stored):
+    rs, _data, paths = stored
+    back = refset.load(str(paths["parquet"]))
+    calls: list[tuple[str, int]] = []
+    block = back.source.block
+
+    def counting(path, i):
+        calls.append((path, i))
+        return block(path, i)
+
+    back.source.block = counting  # type: ignore[method-assign]
+    keys = list(rs.chunk_keys("v"))
+    errors: list[BaseException] = []
+
+    def worker(part):
+        try:
+            for k in part:
+                assert back[k] == rs[k]
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(keys[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(calls) == sorted(set(calls))  # never the same record twice at once
+
+
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_process_cluster_computes_through_engine_refset(stored, client, fmt):
+    xr = pytest.importorskip("xarray")
+    _rs, data, paths = stored
+    from distributed import get_task_stream
+
+    ds = xr.open_dataset(paths[fmt], engine="refset", chunks={})
+    assert ds.v.data.npartitions > 1
+    with get_task_stream(client) as stream:
+        total = ds.v.astype("f8").sum().compute()  # the default scheduler is the cluster's client
+    assert np.isclose(float(total), data.astype("f8").sum())
+    assert len({t["worker"] for t in stream.data}) == 2  # the chunks were read in both worker processes
+    means = ds.v.mean(dim=("y", "x")).compute().values
+    np.testing.assert_allclose(means, data.mean(axis=(1, 2)), rtol=1e-5)
+    assert client.run(lambda: True)  # the workers are alive: nothing crashed them
