@@ -30,7 +30,7 @@ def rss_mb():
 if side == "fsspec":
     import fsspec, fsspec.implementations.reference, json
 else:
-    import refset, refset.formats._fastjson, msgspec
+    import refset, refset.formats._json_read, msgspec
 base = rss_mb()  # after importing the library: what follows is the reference set's own memory
 t0 = time.perf_counter()
 if side == "fsspec":
@@ -52,7 +52,7 @@ if keys is None:
     keys = []
     for p in rs.grids:
         t = rs.table(p)
-        flat = np.flatnonzero(t.kind)
+        flat = t.present()
         keys += rs.keys_at(p, flat[:: max(1, flat.size // 3000)])
 random.seed(0)
 sample = [random.choice(keys) for _ in range(n_lookup)]

@@ -9,14 +9,13 @@ import numpy as np
 
 from .errors import InvalidReferences
 from .keys import ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
-from .model import ReferenceSet
 from .tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, Row, _compact, min_uint
 
 __all__ = ["Builder"]
 
 
 class Builder:
-    """Collects references, then builds a :class:`~refset.ReferenceSet`.
+    """Collects references, then builds the tables of a set (:meth:`build_parts`).
 
     Single keys go through :meth:`add`; whole batches of chunk references of one array through
     :meth:`add_chunks` (columnar, no per-chunk Python work). Batches take precedence over single keys
@@ -186,8 +185,3 @@ class Builder:
         if key_batches:
             other = KeyTable.merged(other, key_batches)
         return tuple(self.url_ids), tables, other
-
-    def build(self, info: Mapping[str, object] | None = None) -> ReferenceSet:
-        """The set of everything added (in memory)."""
-        urls, tables, other = self.build_parts()
-        return ReferenceSet.from_tables(urls, tables, other, info)

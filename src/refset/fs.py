@@ -27,6 +27,7 @@ from .fetch import (
     Targets,
     acall,
 )
+from .formats import load
 from .listing import KeyIndex, entry, info_of
 from .model import ReferenceSet
 from .source import NOT_LOADED
@@ -41,8 +42,6 @@ def _load_fo(
     storage_options: Mapping[str, Any] | None,
     template_overrides: Mapping[str, str] | None,
 ) -> ReferenceSet:
-    from .formats import load
-
     if isinstance(fo, ReferenceSet):
         return fo
     opts: dict[str, Any] = {}

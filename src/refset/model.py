@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from .builder import Builder
 from .errors import InvalidReferences
 from .keys import ChunkGrid, KeyRouter, chunk_keys
+from .producer import tables_from_arrays
 from .source import NOT_LOADED, Block, MemorySource, Reopen, Source
 from .tables import (
     ABSENT,
@@ -34,6 +36,8 @@ from .tables import (
 __all__ = ["ReferenceSet", "ABSENT", "RANGE", "WHOLE", "INLINE", "Ref", "NOT_LOADED"]
 
 DEFAULT_BLOCK_CACHE = 128  # decoded blocks kept (parquet records, packed segments), as fsspec's cache
+LOCATE_CACHE = 1 << 16  # keys whose parse is remembered (a dict: cleared when full)
+_UNSEEN = object()
 
 
 class ReferenceSet(Mapping[str, Ref]):
@@ -60,7 +64,9 @@ class ReferenceSet(Mapping[str, Ref]):
         self._blocks: OrderedDict[tuple[str, int], Block] = OrderedDict()
         self._block_locks: dict[tuple[str, int], threading.Lock] = {}
         self._block_guard = threading.Lock()
+        self._block_sizes: dict[str, int] = {}
         self.block_cache_size = DEFAULT_BLOCK_CACHE
+        self._located: dict[str, tuple[str, int] | None] = {}  # parsed keys, bounded (LOCATE_CACHE)
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
@@ -78,8 +84,6 @@ class ReferenceSet(Mapping[str, Ref]):
         ``{chunk index: bytes}``. ``path_id`` indexes ``urls``. Checked once, vectorised; a problem
         raises :class:`~refset.errors.InvalidReferences` naming the array and chunk index.
         """
-        from .producer import tables_from_arrays
-
         url_t, tables, other = tables_from_arrays(metadata, arrays, urls)
         return cls(MemorySource(url_t, tables, other, {"format": "memory"}))
 
@@ -95,23 +99,19 @@ class ReferenceSet(Mapping[str, Ref]):
         every path id lies in ``urls``."""
         url_t = tuple(urls)
         other = other if other is not None else KeyTable.empty()
-        for name, (kind, pid) in [(f"array {p!r}", t.entries()[1:3]) for p, t in tables.items()] + [
-                ("other keys", (other.kind, other.path_id))]:
-            loc = (kind == RANGE) | (kind == WHOLE)
-            if loc.any() and int(pid[loc].max()) >= len(url_t):
-                raise InvalidReferences(f"{name}: path id {int(pid[loc].max())} outside the URL table "
-                                        f"of {len(url_t)}")
+        for name, top in [(f"array {p!r}", t.max_path_id()) for p, t in tables.items()] + [
+                ("other keys", int(other.path_id.max(initial=0)))]:
+            if top >= max(len(url_t), 1):
+                raise InvalidReferences(f"{name}: path id {top} outside the URL table of {len(url_t)}")
         return cls(MemorySource(url_t, tables, other, info or {"format": "memory"}))
 
     @classmethod
     def from_items(cls, items: Iterable[tuple[str, Ref]]) -> ReferenceSet:
         """Build from ``(key, ref)`` pairs in the Mapping's value forms; a later duplicate key wins."""
-        from .builder import Builder
-
         b = Builder()
         for k, v in items:
             b.add(k, v)
-        return b.build()
+        return cls.from_tables(*b.build_parts())
 
     # -- what is stored -----------------------------------------------------------------------------
     @property
@@ -186,7 +186,13 @@ class ReferenceSet(Mapping[str, Ref]):
     # -- lookup -------------------------------------------------------------------------------------
     def locate(self, key: str) -> tuple[str, int] | None:
         """(array path, flat chunk index) when ``key`` is a chunk key of an indexed array."""
-        return self.router.locate(key) if self._grids else None
+        loc = self._located.get(key, _UNSEEN)
+        if loc is _UNSEEN:
+            loc = self.router.locate(key) if self._grids else None
+            if len(self._located) >= LOCATE_CACHE:
+                self._located.clear()
+            self._located[key] = loc
+        return loc  # type: ignore[return-value]
 
     def _block(self, path: str, i: int) -> Block:
         k = (path, i)
@@ -213,7 +219,9 @@ class ReferenceSet(Mapping[str, Ref]):
     def _chunk_ref(self, path: str, flat: int, key: str) -> Ref:
         t = self._tables.get(path)
         if t is None:
-            size = self._source.block_size(path)
+            size = self._block_sizes.get(path)
+            if size is None:
+                size = self._block_sizes[path] = self._source.block_size(path)
             if size:
                 r = self._block(path, flat // size).ref(flat % size)
                 if r is None:

@@ -107,7 +107,7 @@ def _table(path: str, spec: Mapping[str, Any], grid: ChunkGrid, nurls: int) -> C
         kind[np.fromiter(inline, np.int64, len(inline))] = INLINE
     n = int(np.count_nonzero(kind))
     if sparse_grid(grid.nchunks, n):
-        f = np.flatnonzero(kind)
+        f = np.flatnonzero(kind != 0)
         return ChunkTable.from_entries(grid, f, kind[f], pid[f].clip(0), off[f], ln[f], inline)
     zero = ~present
     pid = np.where(zero, 0, pid) if zero.any() else pid

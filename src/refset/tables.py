@@ -220,6 +220,10 @@ class ChunkTable:
             return len(self.flat)
         return int(np.count_nonzero(self._kind))
 
+    def max_path_id(self) -> int:
+        """The largest path id in the table (0 when none): a bound, read without gathering rows."""
+        return int(self._path_id.max(initial=0))
+
     def kind_counts(self) -> np.ndarray:
         """Chunks per kind code (index ABSENT, RANGE, WHOLE, INLINE)."""
         c = np.bincount(self._kind, minlength=4).astype(np.int64)
@@ -231,13 +235,13 @@ class ChunkTable:
         """Flat indices of the chunks that have a reference, ascending."""
         if self.flat is not None:
             return self.flat
-        return np.flatnonzero(self._kind)
+        return np.flatnonzero(self._kind != ABSENT)
 
     def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(flat, kind, path_id, offset, length)`` of the present chunks, in C order."""
         if self.flat is not None:
             return self.flat, self._kind, self._path_id, self._offset, self._length
-        f = np.flatnonzero(self._kind)
+        f = np.flatnonzero(self._kind != ABSENT)
         return f, self._kind[f], self._path_id[f], self._offset[f], self._length[f]
 
     def take(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

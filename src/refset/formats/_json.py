@@ -83,4 +83,4 @@ def from_document(
     b = collect(doc, problems, max_gen=max_gen, template_overrides=template_overrides, builder=builder)
     if problems:
         raise InvalidReferences(problems)
-    return b.build({"format": "json", "version": 1 if is_v1(doc) else 0})
+    return ReferenceSet.from_tables(*b.build_parts(), {"format": "json", "version": 1 if is_v1(doc) else 0})

@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import Unsupported
 from ..model import ReferenceSet
 from ..tables import MAX_END, Ref
+from ._io import compress, write_bytes
 
 __all__ = ["normalize_value", "where", "dumps_v0", "write_json", "refs_from_v0", "is_int"]
 
@@ -119,9 +121,6 @@ def dumps_v0(rs: ReferenceSet) -> bytes:
 def write_json(rs: ReferenceSet, dest: str, *, storage_options: Mapping[str, Any] | None = None,
                **options: Any) -> None:
     """Write ``rs`` as Version 0 JSON to ``dest`` (``.gz``/``.zst``: compressed), atomically."""
-    from ..errors import Unsupported
-    from ._io import compress, write_bytes
-
     if options:
         raise Unsupported(f"options {sorted(options)} are not used by format 'json'")
     dest = os.fspath(dest)

@@ -236,7 +236,7 @@ def _chunk_target(
     for path, g in grids.items():
         if not g.shape:
             continue
-        head = array_key(path, g.prefix + g.separator if g.prefix else "")
+        head = array_key(path, g.key_head)
         if parts[0] != head or len(parts) != 2 * g.ndim:
             continue
         arrs = parts[1::2]

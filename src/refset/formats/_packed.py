@@ -23,6 +23,7 @@ from ..errors import InvalidReferences, Unsupported
 from ..keys import ChunkGrid
 from ..model import ReferenceSet
 from ..tables import ABSENT, INLINE, RANGE, ChunkTable, KeyTable, Ref, min_uint, resolve, sparse_grid
+from ._io import write_bytes
 from ._packed_array import (
     Segment,
     array_stats,
@@ -65,8 +66,6 @@ def write_packed(
     """
     if options:
         raise Unsupported(f"options {sorted(options)} are not used by format 'packed'")
-    from ._io import write_bytes
-
     write_bytes(os.fspath(dest), pack(rs, level=level, segment_chunks=segment_chunks),
                 dict(storage_options or {}))
 
@@ -394,13 +393,11 @@ class PackedSource:
         for i in range(len(segs)):
             seg = decoded(i)
             lo = i * step
-            if len(seg.rel) == min(step, n - lo):  # every cell present: slices, no scatter
-                sl: Any = slice(lo, lo + len(seg.rel))
-            else:
-                sl = seg.rel + lo
-            kind[sl] = seg.kind
-            pid[sl] = seg.path_id
-            off[sl] = seg.offset
-            ln[sl] = seg.length
+            hi = min(n, lo + step)
+            sl: Any = slice(None) if len(seg.rel) == hi - lo else seg.rel  # all present: no scatter
+            kind[lo:hi][sl] = seg.kind
+            pid[lo:hi][sl] = seg.path_id
+            off[lo:hi][sl] = seg.offset
+            ln[lo:hi][sl] = seg.length
             inline.update(seg.inline)
         return ChunkTable(g, kind, pid, off, ln, inline)

@@ -124,7 +124,7 @@ def _presence(r: BlockReader, ncells: int) -> tuple[int, np.ndarray | None, int]
         rel = np.arange(ncells, dtype=np.int64)
     elif not flags & POSITIONS:
         bits = np.frombuffer(r.blob((ncells + 7) // 8), np.uint8)
-        rel = np.flatnonzero(np.unpackbits(bits, count=ncells, bitorder="little"))
+        rel = np.flatnonzero(np.unpackbits(bits, count=ncells, bitorder="little").view(bool))
     npresent = r.count(ncells, "present count")
     if rel is None:
         rel = np.cumsum(r.ints(npresent).astype(np.int64) + 1) - 1
@@ -147,8 +147,9 @@ def decode_segment(r: BlockReader, lo: int, nurls: int) -> Segment:
         if npresent and (kp64.min() < RANGE or kp64.max() > INLINE):
             raise r.fail("kind code outside 1..3")
         kp = kp64.astype(np.uint8)
-    loc = np.flatnonzero(_located(kp))
-    n = len(loc)
+    located = None if flags & ALL_RANGE else _located(kp)
+    every = located is None or bool(located.all())  # every present cell is a file reference
+    n = npresent if every else int(np.count_nonzero(located))
     nruns = r.count(n, "run count")
     if (nruns == 0) != (n == 0):
         raise r.fail(f"{nruns} runs for {n} located chunks")
@@ -173,16 +174,16 @@ def decode_segment(r: BlockReader, lo: int, nurls: int) -> Segment:
     corr = starts - c[spos]
     d[spos] = np.diff(corr, prepend=_U64(0))
     off = np.cumsum(d, dtype=_U64)
-    if n == npresent:  # every present cell is a file reference (the common case): no scatter
+    if every:  # the common case: no scatter
         pid_all, off_all, ln_all = np.repeat(rpid, runlen), off, ln
     else:
         pid_all = np.zeros(npresent, np.int64)
         off_all = np.zeros(npresent, _U64)
         ln_all = np.zeros(npresent, _U64)
-        pid_all[loc] = np.repeat(rpid, runlen)
-        off_all[loc] = off
-        ln_all[loc] = ln
-    iflat = rel[kp == INLINE]
+        pid_all[located] = np.repeat(rpid, runlen)
+        off_all[located] = off
+        ln_all[located] = ln
+    iflat = rel[kp == INLINE] if not flags & ALL_RANGE else rel[:0]
     sizes = r.ints(len(iflat)).astype(np.int64)
     data = r.blob(int(sizes.sum()))
     ends = np.cumsum(sizes).tolist()

@@ -77,7 +77,7 @@ class BlockWriter:
     def sparse_ints(self, a: np.ndarray) -> None:
         """``u8 mode``: 0 then ints(n) (dense), or 1 then ``u64 k``, ints(k) of position deltas (index
         of each non-zero value minus the previous one's, minus 1) and ints(k) of the non-zero values."""
-        nz = np.flatnonzero(a)
+        nz = np.flatnonzero(np.asarray(a) != 0)
         if 4 * len(nz) >= len(a):
             self.u8(0)
             self.ints(a)

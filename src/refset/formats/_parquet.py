@@ -317,7 +317,7 @@ class ParquetSource:
         parts = []
         for (r, rec), remap in zip(recs, remaps, strict=True):
             lo = r * size
-            rows = np.flatnonzero(rec.kind[: max(0, min(rec.nrows, n - lo, size))])
+            rows = np.flatnonzero(rec.kind[: max(0, min(rec.nrows, n - lo, size))] != 0)
             parts.append((rows + lo, rec.kind[rows], remap[rec.path_id[rows]], rec.offset[rows],
                           rec.length[rows]))
             inline.update({lo + i: b for i, b in rec.inline.items() if lo + i < n})

@@ -24,6 +24,7 @@ from ..errors import Unsupported
 from ..keys import array_key
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE, encode_inline
+from ._io import compress, write_bytes
 
 __all__ = ["dumps_v1", "v1_document", "write_v1"]
 
@@ -76,10 +77,7 @@ def _key_template(path: str, grid: Any) -> str:
         if d > 0:
             expr = f"({expr}) % {gs[d]}" if inner != 1 else f"i % {gs[d]}"
         parts.append("{{" + expr + "}}")
-    body = grid.separator.join(parts)
-    if grid.prefix:
-        body = grid.prefix + grid.separator + body
-    return array_key(path, body)
+    return array_key(path, grid.key_head + grid.separator.join(parts))
 
 
 def _runs(flat: np.ndarray, kind: np.ndarray, pid: np.ndarray, off: np.ndarray,
@@ -216,8 +214,6 @@ def write_v1(rs: ReferenceSet, dest: str, *, storage_options: Mapping[str, Any] 
              gen: bool = False, **options: Any) -> None:
     """Write ``rs`` as Version 1 JSON (``.gz``/``.zst``: compressed), atomically. ``gen=True`` adds
     ``gen`` entries (fsspec then needs ``simple_templates=False``)."""
-    from ._io import compress, write_bytes
-
     if options:
         raise Unsupported(f"options {sorted(options)} are not used by format 'v1' (it takes: gen)")
     if not isinstance(gen, bool):
