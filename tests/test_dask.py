@@ -131,3 +131,33 @@ def test_process_cluster_computes_through_engine_refset(stored, client, fmt):
     means = ds.v.mean(dim=("y", "x")).compute().values
     np.testing.assert_allclose(means, data.mean(axis=(1, 2)), rtol=1e-5)
     assert client.run(lambda: True)  # the workers are alive: nothing crashed them
+
+
+def test_relative_paths_reopen_from_any_directory(stored, tmp_path, monkeypatch):
+    rs, _data, paths = stored
+    monkeypatch.chdir(paths["packed"].parent)
+    blob = pickle.dumps(refset.load(paths["packed"].name))
+    monkeypatch.chdir(tmp_path)  # a worker started elsewhere
+    assert pickle.loads(blob)["v/3.1.2"] == rs["v/3.1.2"]
+
+
+def test_a_small_selection_reads_only_its_blocks(tmp_path, monkeypatch):
+    """xarray reading a slice of a parquet set reads the records of that slice, not the whole
+    table (on S3, a request per record file)."""
+    from refset.formats import _parquet
+
+    rs, data = raw_array_set(tmp_path, shape=(40, 20, 20), chunks=(1, 10, 10))
+    refset.save(rs, tmp_path / "r.parq", record_size=8)
+    read: list[str] = []
+    orig = _parquet._Store.cat
+
+    def cat(self, rel):
+        read.append(rel)
+        return orig(self, rel)
+
+    monkeypatch.setattr(_parquet._Store, "cat", cat)
+    ds = refset.open_dataset(str(tmp_path / "r.parq"))
+    got = ds.v[10:12].values
+    np.testing.assert_array_equal(got, data[10:12])
+    records = sorted({r for r in read if r.startswith("v/")})
+    assert records == ["v/refs.5.parq"], records  # chunks 40..47 of 160: one record of 8

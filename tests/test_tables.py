@@ -14,7 +14,7 @@ import pytest
 import refset
 from refset.errors import InvalidReferences, Unsupported
 from refset.keys import ChunkGrid
-from refset.tables import ABSENT, INLINE, RANGE, ChunkTable, concat_tables, union_urls
+from refset.tables import ABSENT, INLINE, RANGE, ChunkTable, KeyTable, concat_tables, union_urls
 
 from .servedata import raw_array_set
 
@@ -245,3 +245,64 @@ def test_sparse_grid_of_2_31_cells_stays_small(tmp_path):
     got = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert got.returncode == 0, got.stderr
     assert int(got.stdout.strip()) < 64, f"peak grew by {got.stdout.strip()} MB"
+
+
+def test_constructors_refuse_inconsistent_tables():
+    g = ChunkGrid((4,), (1,))
+    z = np.zeros(2, np.int64)
+    with pytest.raises(InvalidReferences, match="must ascend"):
+        ChunkTable(g, np.array([RANGE, RANGE], np.uint8), z, z, z, flat=np.array([3, 0]))
+    with pytest.raises(InvalidReferences, match="every inline chunk needs its bytes"):
+        ChunkTable(g, np.array([RANGE, INLINE, 0, 0], np.uint8), *(np.zeros(4, int),) * 3)
+    with pytest.raises(InvalidReferences, match="code 7"):
+        ChunkTable(g, np.array([7, 0, 0, 0], np.uint8), *(np.zeros(4, int),) * 3)
+    t = ChunkTable.from_entries(g, np.array([1]), np.array([RANGE]), np.array([0]), np.array([5]), np.array([6]))
+    with pytest.raises(InvalidReferences, match="outside the grid"):
+        t.take(np.array([4]))
+    assert t.row(-1)[0] == ABSENT and t.row(4)[0] == ABSENT
+    meta = refset.load(_meta_doc()).other
+    with pytest.raises(InvalidReferences, match="path id 0 outside the URL table of 0"):
+        refset.ReferenceSet.from_tables([], {"v": _v_table()}, meta)
+    with pytest.raises(InvalidReferences, match="not the one its metadata describes"):
+        refset.ReferenceSet.from_tables(URLS, {"v": _v_table(ChunkGrid((6, 6), (2, 2)))}, meta)
+    rows = {k: (INLINE, 0, 0, 0, v.encode()) for k, v in {**_meta_doc(), "v/1.1": "x"}.items()}
+    with pytest.raises(InvalidReferences, match="is a chunk key of array 'v'"):
+        refset.ReferenceSet.from_tables(URLS, {"v": _v_table()}, KeyTable.from_items(rows))
+    assert refset.ReferenceSet.from_tables(URLS, {"v": _v_table()}, meta)["v/0.1"] == (URLS[0], 7, 8)
+
+
+def _meta_doc():
+    return {k: json.dumps(v) if isinstance(v, dict) else v for k, v in _meta([4, 6], [2, 2]).items()}
+
+
+def _v_table(grid=None):
+    g = grid or ChunkGrid((4, 6), (2, 2))
+    return ChunkTable.from_entries(g, np.array([1]), np.array([RANGE]), np.array([0]), np.array([7]),
+                                   np.array([8]))
+
+
+def test_bad_arguments_are_refset_errors():
+    t = _v_table()
+    with pytest.raises(InvalidReferences, match="axis"):
+        concat_tables([t, t], "0")  # type: ignore[arg-type]
+    with pytest.raises(InvalidReferences, match="table 1 is a dict"):
+        concat_tables([t, {}], 0)  # type: ignore[list-item]
+    with pytest.raises(InvalidReferences, match="outside the remap"):
+        concat_tables([t, t], 0, path_maps=[np.array([0]), np.zeros(0, int)])
+    with pytest.raises(InvalidReferences, match="must be a mapping of chunk index"):
+        refset.ReferenceSet.from_arrays(_meta([4, 6], [2, 2]), {"v": {**_arrays(), "inline": [b"x"]}}, URLS)
+    with pytest.raises(Unsupported, match=r"options \['foo'\]"):
+        refset.load(b"{}", foo=1)
+    with pytest.raises(Unsupported, match=r"options \['foo'\]"):
+        refset.load({}, foo=1)
+    unsigned = {k: np.asarray(v).clip(0).astype(np.uint32) for k, v in _arrays().items()}
+    rs = refset.ReferenceSet.from_arrays(_meta([4, 6], [2, 2]), {"v": unsigned}, URLS)
+    assert rs.table("v").count() == 6  # unsigned path ids: every chunk present
+
+
+def test_grids_beyond_int64_keep_their_keys_generic():
+    d = {".zarray": json.dumps({"shape": [2**40, 2**40], "chunks": [1, 1], "dtype": "<f4", "compressor": None,
+                                "fill_value": 0, "filters": None, "order": "C", "zarr_format": 2}),
+         "0.0": ["u", 0, 1]}
+    rs = refset.load(d)
+    assert not rs.grids and rs["0.0"] == ("u", 0, 1)

@@ -1,6 +1,7 @@
 """refset: kerchunk-style reference sets, columnar in memory, in every spec format and a packed one.
 
-``import refset`` loads numpy only; zarr, xarray, h5py, pyarrow and jinja2 load when first needed.
+``import refset`` loads numpy and msgspec only; zarr, xarray, h5py, pyarrow, fsspec and jinja2 load
+when first needed.
 """
 
 from __future__ import annotations

@@ -58,6 +58,8 @@ def _fast_ok(arr: Any, key: Any, store: Any) -> bool:
         return False
     if arr.dtype.kind in "OUSTV" or arr.path not in store.refs.grids or not isinstance(key, tuple):
         return False
+    if arr.metadata.fill_value is None:  # zarr decides what a missing chunk holds then
+        return False
     if len(key) != arr.ndim or not arr.ndim:
         return False
     for k in key:

@@ -143,14 +143,51 @@ class ReadEngine:
                 out[i] = d
         return out  # type: ignore[return-value]
 
+    def _by_blocks(self, path: str, nflat: int) -> bool:
+        """Whether a selection of ``nflat`` chunks is better read block by block (a parquet record, a
+        packed segment each) than by reading the array's whole table first."""
+        return (self.refs.cached_table(path) is None and self.refs.block_size(path) > 0
+                and 4 * nflat < self.refs.grids[path].nchunks)
+
+    async def chunk_ranges(self, path: str, flat: np.ndarray
+                           ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """The byte-range chunks among ``flat``: (their flat indices, URL table, path ids, starts,
+        ends), looked up without reading the whole table when a few blocks hold them."""
+        flat = np.asarray(flat, np.int64)
+        if self._by_blocks(path, len(flat)):
+            refs = await off_loop(self.refs.chunk_refs, path, flat)
+            rows = [i for i, r in enumerate(refs) if isinstance(r, tuple) and len(r) == 3]
+            uid: dict[str, int] = {}
+            pid = np.array([uid.setdefault(refs[i][0], len(uid)) for i in rows], np.int64)  # type: ignore[index]
+            start = np.array([refs[i][1] for i in rows], np.int64)  # type: ignore[misc]
+            end = start + np.array([refs[i][2] for i in rows], np.int64)  # type: ignore[misc]
+            return flat[rows], list(uid), pid, start, end
+        t = await self.table(path)
+        kind, pid, off, ln = t.take(flat)
+        keep = kind == RANGE
+        o = off[keep].astype(np.int64)
+        return flat[keep], list(self.refs.urls), pid[keep].astype(np.int64), o, o + ln[keep].astype(np.int64)
+
     async def read_chunks(self, path: str, flat: np.ndarray) -> list[bytes | None]:
         """Stored bytes of chunks ``flat`` of array ``path`` (None where absent), ranges fetched in one
         coalesced plan. Raises ReferenceNotReachable naming the first chunk that failed."""
+        flat = np.asarray(flat, np.int64)
+        if self._by_blocks(path, len(flat)):
+            refs = await off_loop(self.refs.chunk_refs, path, flat)
+            rows = [i for i, r in enumerate(refs) if r is not None]
+            keys = chunk_keys(path, self.refs.grids[path], flat[rows]).tolist()
+            got = await self.read_many(keys, [refs[i] for i in rows], [None] * len(rows),  # type: ignore[misc]
+                                       [None] * len(rows))
+            out: list[bytes | None] = [None] * len(flat)
+            for i, d in zip(rows, got, strict=True):
+                if isinstance(d, BaseException):
+                    raise d
+                out[i] = d
+            return out
         t = await self.table(path)
         urls = self.refs.urls  # after the table: every id it holds is in it
-        flat = np.asarray(flat, np.int64)
         kind, pid, off, ln = t.take(flat)
-        out: list[bytes | None] = [None] * len(flat)
+        out = [None] * len(flat)
         rows = np.flatnonzero(kind == RANGE)
         if len(rows):
             o = off[rows].astype(np.int64)
@@ -162,7 +199,10 @@ class ReadEngine:
                 out[i] = d
         for i in np.flatnonzero(kind == INLINE).tolist():
             out[i] = t.inline[int(flat[i])]
-        for i in np.flatnonzero(kind == WHOLE).tolist():
-            key = chunk_keys(path, t.grid, flat[i:i + 1]).tolist()[0]
-            out[i] = await self.read_whole(key, urls[int(pid[i])], None, None)
-        return out
+        whole = np.flatnonzero(kind == WHOLE).tolist()
+        keys = chunk_keys(path, t.grid, flat[whole]).tolist()
+        got_whole = await asyncio.gather(*(self.read_whole(k, urls[int(pid[i])], None, None)
+                                           for k, i in zip(keys, whole, strict=True)))
+        for i, d in zip(whole, got_whole, strict=True):
+            out[i] = d
+        return out  # type: ignore[return-value]

@@ -125,16 +125,20 @@ def array_key(path: str, suffix: str) -> str:
 
 
 def chunk_keys(path: str, grid: ChunkGrid, flat: np.ndarray) -> np.ndarray:
-    """Keys (numpy str array) of chunks ``flat`` of array ``path``, built without a Python loop."""
+    """Keys (a numpy ``StringDType`` array) of chunks ``flat`` of array ``path``, built without a
+    Python loop (variable-width strings: short keys sit inline, no fixed-width padding)."""
+    from numpy.dtypes import StringDType
+
+    sd = StringDType()
     flat = np.asarray(flat, np.int64)
-    head = array_key(path, grid.key_head)
     if not grid.shape:
-        return np.full(len(flat), array_key(path, grid.chunk_key(())), dtype=object).astype(str)
+        return np.full(len(flat), array_key(path, grid.chunk_key(())), dtype=sd)
     idx = np.unravel_index(flat, grid.grid_shape)
-    out = idx[0].astype(str)
+    out = idx[0].astype(sd)
     for i in idx[1:]:
-        out = np.strings.add(np.strings.add(out, grid.separator), i.astype(str))
-    return np.strings.add(head, out) if head else out
+        out = np.strings.add(np.strings.add(out, grid.separator), i.astype(sd))
+    head = array_key(path, grid.key_head)
+    return np.strings.add(np.array(head, sd), out) if head else out
 
 
 class KeyRouter:
@@ -255,6 +259,6 @@ def grid_from_document(name: str, meta: object) -> ChunkGrid | None:
         if sep not in ("/", "."):
             return None
         grid = ChunkGrid(shape, chunks, sep, prefix, 3)
-    if any(c == 0 for c in grid.chunks):
-        return None
+    if any(c == 0 for c in grid.chunks) or grid.nchunks >= 1 << 63:
+        return None  # flat chunk indices must fit in int64
     return grid

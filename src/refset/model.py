@@ -18,7 +18,7 @@ import numpy as np
 
 from .builder import Builder
 from .errors import InvalidReferences
-from .keys import ChunkGrid, KeyRouter, chunk_keys
+from .keys import METADATA_NAMES, ChunkGrid, KeyRouter, array_key, chunk_keys, grid_from_metadata
 from .producer import tables_from_arrays
 from .source import NOT_LOADED, Block, MemorySource, Reopen, Source
 from .tables import (
@@ -95,14 +95,12 @@ class ReferenceSet(Mapping[str, Ref]):
         other: KeyTable | None = None,
         info: Mapping[str, object] | None = None,
     ) -> ReferenceSet:
-        """A set from built tables sharing the URL table ``urls`` (readers, combine). Checks that
-        every path id lies in ``urls``."""
+        """A set from built tables sharing the URL table ``urls`` (readers, combine), checked: every
+        path id lies in ``urls``, every table's grid is the one its metadata in ``other`` describes,
+        and no key of ``other`` is a chunk key of a table."""
         url_t = tuple(urls)
         other = other if other is not None else KeyTable.empty()
-        for name, top in [(f"array {p!r}", t.max_path_id()) for p, t in tables.items()] + [
-                ("other keys", int(other.path_id.max(initial=0)))]:
-            if top >= max(len(url_t), 1):
-                raise InvalidReferences(f"{name}: path id {top} outside the URL table of {len(url_t)}")
+        check_tables(url_t, tables, other)
         return cls(MemorySource(url_t, tables, other, info or {"format": "memory"}))
 
     @classmethod
@@ -164,6 +162,37 @@ class ReferenceSet(Mapping[str, Ref]):
                     t = self._tables[path] = self._source.table(path)
         return t
 
+    def block_size(self, path: str) -> int:
+        """Chunks per block (parquet record, packed segment) read on its own for single lookups of
+        array ``path``; 0 when single chunks are read through the whole table."""
+        size = self._block_sizes.get(path)
+        if size is None:
+            size = self._block_sizes[path] = self._source.block_size(path)
+        return size
+
+    def chunk_refs(self, path: str, flat: np.ndarray) -> list[Ref | None]:
+        """References of chunks ``flat`` of array ``path`` (None where absent): from the table when it
+        is read, else block by block, without reading the whole table."""
+        flat = np.asarray(flat, np.int64)
+        if flat.size and (flat.min() < 0 or flat.max() >= self._grids[path].nchunks):
+            raise InvalidReferences(f"array {path!r}: chunk index outside the grid of "
+                                    f"{self._grids[path].nchunks} chunks")
+        t = self._tables.get(path)
+        if t is None and self.block_size(path):
+            return [self._chunk_or_none(path, f) for f in flat.tolist()]
+        t = t if t is not None else self.table(path)
+        kind, pid, off, ln = t.take(flat)
+        urls = self.urls
+        return [None if k == ABSENT else resolve((k, p, o, n, t.inline.get(f)), urls, "")
+                for k, p, o, n, f in zip(kind.tolist(), pid.tolist(), off.tolist(), ln.tolist(),
+                                         flat.tolist(), strict=True)]
+
+    def _chunk_or_none(self, path: str, flat: int) -> Ref | None:
+        try:
+            return self._chunk_ref(path, flat, "")
+        except KeyError:
+            return None
+
     def cached_table(self, path: str) -> ChunkTable | None:
         """The chunk table of ``path`` if it is read already, else None (never reads)."""
         return self._tables.get(path)
@@ -206,22 +235,24 @@ class ReferenceSet(Mapping[str, Ref]):
         with self._block_guard:
             lock = self._block_locks.setdefault(k, threading.Lock())
         with lock:  # one thread decodes a block; others wait for it, other blocks go on in parallel
-            b = self._blocks.get(k)
-            if b is None:
-                b = self._source.block(path, i)
+            try:
+                b = self._blocks.get(k)
+                if b is None:
+                    b = self._source.block(path, i)
+                    with self._block_guard:
+                        self._blocks[k] = b
+                        while len(self._blocks) > self.block_cache_size:
+                            self._blocks.popitem(last=False)
+            finally:
                 with self._block_guard:
-                    self._blocks[k] = b
-                    while len(self._blocks) > self.block_cache_size:
-                        self._blocks.popitem(last=False)
-                    self._block_locks.pop(k, None)
+                    if self._block_locks.get(k) is lock:
+                        del self._block_locks[k]
         return b
 
     def _chunk_ref(self, path: str, flat: int, key: str) -> Ref:
         t = self._tables.get(path)
         if t is None:
-            size = self._block_sizes.get(path)
-            if size is None:
-                size = self._block_sizes[path] = self._source.block_size(path)
+            size = self.block_size(path)
             if size:
                 r = self._block(path, flat // size).ref(flat % size)
                 if r is None:
@@ -257,7 +288,7 @@ class ReferenceSet(Mapping[str, Ref]):
             path, flat = loc
             t = self._tables.get(path)
             if t is None:
-                size = self._source.block_size(path)
+                size = self.block_size(path)
                 if not size:
                     return NOT_LOADED
                 b = self._blocks.get((path, flat // size))
@@ -343,7 +374,7 @@ class ReferenceSet(Mapping[str, Ref]):
 
     def nbytes(self) -> int:
         """Approximate resident size of the columns read so far."""
-        n = sum(t.nbytes() for t in self._tables.values())
+        n = sum(t.nbytes() for t in list(self._tables.values()))
         if self._other is not None:
             n += self._other.nbytes()
         return n + sum(len(u) for u in self.urls)
@@ -364,6 +395,38 @@ class ReferenceSet(Mapping[str, Ref]):
         src = m._source
         assert isinstance(src, MemorySource)
         return (_from_memory, (src.urls(), src.tables, src.other(), src.info()))
+
+
+def check_tables(urls: tuple[str, ...], tables: Mapping[str, ChunkTable], other: KeyTable) -> None:
+    """The checks of :meth:`ReferenceSet.from_tables`; InvalidReferences naming what is wrong."""
+    located = [(f"array {p!r}", t.max_path_id(), int(t.kind_counts()[[RANGE, WHOLE]].sum()))
+               for p, t in tables.items()]
+    loc = (other.kind == RANGE) | (other.kind == WHOLE)
+    located.append(("other keys", int(other.path_id[loc].max(initial=0)), int(np.count_nonzero(loc))))
+    for name, top, n in located:
+        if n and top >= len(urls):
+            raise InvalidReferences(f"{name}: path id {top} outside the URL table of {len(urls)}")
+    for path, t in tables.items():
+        found = None
+        for name in METADATA_NAMES:
+            i = other.find(array_key(path, name))
+            if i >= 0 and other.kind[i] == INLINE:
+                found = grid_from_metadata(name, other.data[i])
+                break
+        if found != t.grid:
+            raise InvalidReferences(
+                f"array {path!r}: its table's grid (shape {t.grid.shape}, chunks {t.grid.chunks}) is not the "
+                f"one its metadata describes ({'none' if found is None else f'shape {found.shape}, chunks {found.chunks}'})")
+    if tables and len(other):
+        router = KeyRouter({p: t.grid for p, t in tables.items()})
+        keys = other.keys
+        for path in tables:
+            cand = keys if not path else keys[np.searchsorted(keys, path + "/"):np.searchsorted(keys, path + "0")]
+            for k in cand.tolist():
+                hit = router.locate(k)
+                if hit is not None:
+                    raise InvalidReferences(f"other keys: {k!r} is a chunk key of array {hit[0]!r}; "
+                                            "give it in that array's table")
 
 
 def _reopen(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ReferenceSet:

@@ -63,13 +63,14 @@ def _table(path: str, spec: Mapping[str, Any], grid: ChunkGrid, nurls: int) -> C
     if missing:
         raise InvalidReferences(f"arrays[{json.dumps(path)}]: {json.dumps(missing[0])} is required")
     pid, off, ln = (_column(path, f, spec[f], grid) for f in _FIELDS)
-    present = pid >= 0
-    bad = pid < -1
-    if bad.any():
+    signed = pid.dtype.kind == "i"
+    present = pid >= 0 if signed else np.ones(pid.shape, bool)
+    bad = pid < -1 if signed else None
+    if bad is not None and bad.any():
         i = _first(bad)
         raise InvalidReferences(f"{_at(path, 'path_id', grid, i)}: must be -1 (absent) or an index "
                                 f"into urls, got {int(pid[i])}")
-    if pid.size and nurls <= int(pid.max(initial=-1)):
+    if pid.size and nurls <= int(pid.max()):
         i = _first(pid >= nurls)
         raise InvalidReferences(f"{_at(path, 'path_id', grid, i)}: {int(pid[i])} is outside the URL "
                                 f"table of {nurls}")
@@ -90,7 +91,11 @@ def _table(path: str, spec: Mapping[str, Any], grid: ChunkGrid, nurls: int) -> C
                                 f"{int(l64[i])} must be below 2**63")
     kind = present.astype(np.uint8) * np.uint8(RANGE)
     inline: dict[int, bytes] = {}
-    for idx, data in (spec.get("inline") or {}).items():
+    given = spec.get("inline") or {}
+    if not isinstance(given, Mapping):
+        raise InvalidReferences(f"arrays[{json.dumps(path)}][\"inline\"]: must be a mapping of chunk index "
+                                f"to bytes, got {type(given).__name__}")
+    for idx, data in given.items():
         where = f"arrays[{json.dumps(path)}][\"inline\"][{idx!r}]"
         try:
             flat = (int(np.ravel_multi_index(tuple(idx), grid.grid_shape)) if isinstance(idx, tuple)
@@ -103,13 +108,12 @@ def _table(path: str, spec: Mapping[str, Any], grid: ChunkGrid, nurls: int) -> C
             raise InvalidReferences(f"{where}: inline data must be bytes, got {type(data).__name__}")
         inline[flat] = bytes(data)
     if inline:
-        kind = kind.copy()
         kind[np.fromiter(inline, np.int64, len(inline))] = INLINE
     n = int(np.count_nonzero(kind))
     if sparse_grid(grid.nchunks, n):
         f = np.flatnonzero(kind != 0)
         return ChunkTable.from_entries(grid, f, kind[f], pid[f].clip(0), off[f], ln[f], inline)
-    zero = ~present
+    zero = kind != RANGE  # absent and inline cells hold zeros
     pid = np.where(zero, 0, pid) if zero.any() else pid
     o = np.where(zero, 0, off) if zero.any() else off
     n_ = np.where(zero, 0, ln) if zero.any() else ln

@@ -1,10 +1,12 @@
 """What a stored form of a reference set provides: the :class:`Source` protocol.
 
 A :class:`~refset.ReferenceSet` holds one source (composition, not subclassing) and owns caching and
-thread safety for all of them: it calls :meth:`Source.table` and :meth:`Source.other` once per
-result, one call at a time, and caches what they return. Only :meth:`Source.lookup_other` and
-:meth:`Source.block` may be called from several threads at once, so they must not change shared
-state (a block carries its own URLs).
+thread safety for all of them: it calls :meth:`Source.table`, :meth:`Source.other` and
+:meth:`Source.other_under` one at a time (under its lock) and caches what they return. The other
+members are called from any thread at any time, also while one of those runs: they answer from
+memory (``urls`` returns a tuple built in one step; ``lookup_other``, ``block_size``, ``count`` and
+``info`` read state that is replaced whole, never changed in place) or, for :meth:`Source.block`, read
+and decode without changing shared state (a block carries its own URLs).
 
 Layers, from the bytes up::
 

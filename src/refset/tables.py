@@ -141,13 +141,39 @@ class ChunkTable:
         for name, col in (("kind", kind), ("path_id", path_id), ("offset", offset), ("length", length)):
             if col.ndim != 1 or col.shape[0] != n:
                 raise InvalidReferences(f"ChunkTable.{name} must have shape ({n},), got {col.shape}")
+        if kind.size and int(kind.max()) > INLINE:
+            raise InvalidReferences(f"ChunkTable.kind: code {int(kind.max())} is not one of 0..3")
+        if flat is not None:
+            flat = np.asarray(flat, np.int64)
+            if flat.size and (flat[0] < 0 or flat[-1] >= grid.nchunks or not bool((flat[1:] > flat[:-1]).all())
+                              or not bool((kind != ABSENT).all())):
+                raise InvalidReferences("ChunkTable.flat: the present chunks' flat indices must ascend, "
+                                        f"without repeats, inside the grid of {grid.nchunks} chunks")
+        inline = dict(inline or {})
+        is_inline = kind == INLINE
+        n_inline = int(np.count_nonzero(is_inline))
+        rows = self._rows_of(np.fromiter(inline, np.int64, len(inline)), flat, len(kind))
+        if n_inline != len(inline) or not bool((rows >= 0).all()) or not bool(is_inline[rows].all()):
+            raise InvalidReferences(f"ChunkTable.inline: {len(inline)} inline values for {n_inline} inline "
+                                    "chunks; every inline chunk needs its bytes, and only those")
         self.grid = grid
-        self.flat = None if flat is None else _frozen(np.asarray(flat, np.int64))
+        self.flat = None if flat is None else _frozen(flat)
         self._kind = _frozen(kind.astype(np.uint8, copy=False))
         self._path_id = _frozen(_compact(path_id, np.uint16))
         self._offset = _frozen(_compact(offset))
         self._length = _frozen(_compact(length))
-        self.inline: dict[int, bytes] = dict(inline or {})
+        self.inline: dict[int, bytes] = inline
+
+    @staticmethod
+    def _rows_of(cells: np.ndarray, flat: np.ndarray | None, nrows: int) -> np.ndarray:
+        """Rows of the columns holding flat indices ``cells``; -1 for a cell that has none."""
+        if flat is None:
+            return np.where((cells >= 0) & (cells < nrows), cells, -1)
+        if not len(flat):
+            return np.full(cells.shape, -1, np.int64)
+        pos = np.searchsorted(flat, cells)
+        ok = (pos < len(flat)) & (flat[np.minimum(pos, len(flat) - 1)] == cells)
+        return np.where(ok, pos, -1)
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod
@@ -247,6 +273,9 @@ class ChunkTable:
     def take(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(kind, path_id, offset, length)`` at flat indices ``flat`` (kind ABSENT where none)."""
         flat = np.asarray(flat, np.int64)
+        if flat.size and (flat.min() < 0 or flat.max() >= self.nchunks):
+            raise InvalidReferences(f"chunk index outside the grid {self.grid.grid_shape} "
+                                    f"({self.nchunks} chunks)")
         if self.flat is None:
             return self._kind[flat], self._path_id[flat], self._offset[flat], self._length[flat]
         pos = np.searchsorted(self.flat, flat)
@@ -264,6 +293,8 @@ class ChunkTable:
     def row(self, flat: int) -> Row:
         """``(kind, path_id, offset, length, inline data)`` of chunk ``flat``."""
         i = flat
+        if not 0 <= flat < self.nchunks:
+            return ABSENT, 0, 0, 0, None
         if self.flat is not None:
             i = int(np.searchsorted(self.flat, flat))
             if i >= len(self.flat) or self.flat[i] != flat:
@@ -318,10 +349,11 @@ class ChunkTable:
         remap = np.asarray(remap, np.int64)
         kind = self._kind
         loc = (kind == RANGE) | (kind == WHOLE)
-        if not remap.size:
-            if loc.any():
-                raise InvalidReferences("remap_paths: empty remap for a table referencing files")
+        if not loc.any():
             return self
+        top = int(self._path_id[loc].max())
+        if top >= remap.size:
+            raise InvalidReferences(f"remap_paths: path id {top} is outside the remap of {remap.size} ids")
         pid = np.where(loc, remap[np.where(loc, self._path_id, 0)], 0)
         return ChunkTable(self.grid, kind, pid, self._offset, self._length, self.inline, flat=self.flat)
 
@@ -368,9 +400,12 @@ def concat_tables(
     """
     if not tables:
         raise InvalidReferences("concat_tables: no tables")
+    for i, t in enumerate(tables):
+        if not isinstance(t, ChunkTable):
+            raise InvalidReferences(f"concat_tables: table {i} is a {type(t).__name__}, not a ChunkTable")
     g0 = tables[0].grid
     nd = g0.ndim
-    if not 0 <= axis < nd:
+    if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not 0 <= axis < nd:
         raise InvalidReferences(f"concat_tables: axis {axis} outside the {nd} dimensions of the grid")
     for i, t in enumerate(tables):
         g = t.grid
@@ -520,7 +555,11 @@ class KeyTable:
         loc = (self.kind == RANGE) | (self.kind == WHOLE)
         if not loc.any():
             return self
-        pid = np.where(loc, np.asarray(remap, np.int64)[np.where(loc, self.path_id, 0)], 0)
+        remap = np.asarray(remap, np.int64)
+        top = int(self.path_id[loc].max())
+        if top >= remap.size:
+            raise InvalidReferences(f"remap_paths: path id {top} is outside the remap of {remap.size} ids")
+        pid = np.where(loc, remap[np.where(loc, self.path_id, 0)], 0)
         return KeyTable(self.keys, self.kind, pid, self.offset, self.length, self.data)
 
     def __reduce__(self) -> tuple[object, ...]:

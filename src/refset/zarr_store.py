@@ -12,6 +12,7 @@ Zarr v2 metadata (``.zarray``/``.zattrs``/``.zgroup``, what kerchunk writes) and
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,6 @@ from .errors import ReferenceNotReachable, Unsupported
 from .fetch import DEFAULT_MAX_INFLIGHT
 from .fs import ReferenceFileSystem
 from .keys import chunk_keys
-from .tables import RANGE
 
 if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, BufferPrototype
@@ -156,7 +156,7 @@ class ZarrStore(Store):
         self.refs = self.fs.refs
         self.engine = self.fs.engine
         self.index = self.fs.index
-        self._batches: dict[int, _Batch] = {}
+        self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batch] = weakref.WeakKeyDictionary()
         self._prefetched: dict[str, bytes | BaseException] = {}
 
     # -- identity -------------------------------------------------------------------------------
@@ -189,9 +189,9 @@ class ZarrStore(Store):
     # -- reading --------------------------------------------------------------------------------
     def _batch(self) -> _Batch:
         loop = asyncio.get_running_loop()
-        b = self._batches.get(id(loop))
+        b = self._batches.get(loop)
         if b is None:
-            b = self._batches[id(loop)] = _Batch(self.engine)
+            b = self._batches[loop] = _Batch(self.engine)
         return b
 
     async def prefetch(self, path: str, flat: np.ndarray, *, budget: int = PREFETCH_BUDGET) -> list[str]:
@@ -200,15 +200,11 @@ class ZarrStore(Store):
         fetched when ``path`` has no chunk table or the chunks total more than ``budget`` bytes."""
         if path not in self.refs.grids:
             return []
-        t = await self.engine.table(path)
-        flat = np.asarray(flat, np.int64)
-        kind, pid, off, ln = t.take(flat)
-        keep = kind == RANGE
-        flat, pid, off, ln = flat[keep], pid[keep], off[keep].astype(np.int64), ln[keep].astype(np.int64)
-        if len(flat) < 2 or int(ln.sum()) > budget:
+        flat, urls, pid, start, end = await self.engine.chunk_ranges(path, flat)
+        if len(flat) < 2 or int((end - start).sum()) > budget:
             return []
-        keys = chunk_keys(path, t.grid, flat).tolist()
-        got = await self.engine.reader.read(self.refs.urls, pid.astype(np.int64), off, off + ln)
+        keys = chunk_keys(path, self.refs.grids[path], flat).tolist()
+        got = await self.engine.reader.read(urls, pid, start, end)
         pf = self._prefetched
         for k, d in zip(keys, got, strict=True):
             pf[k] = d

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..errors import InvalidReferences
+from ..errors import InvalidReferences, Unsupported
 from ..model import ReferenceSet
 from .registry import FORMATS, by_name, detect, detect_with_head, for_dest
 
@@ -54,14 +54,18 @@ def load(
     elif not isinstance(source, str | os.PathLike) and isinstance(source, Mapping):
         from ._json import from_document
 
+        _json_options(options, "a mapping")
         options.pop("lazy", None)
         rs = from_document(source, **options)
     elif isinstance(source, bytes | bytearray | memoryview):
         from ._json_read import json_source
 
+        _json_options(options, "JSON text")
         rs = ReferenceSet(json_source([bytes(source)], **options))
     elif isinstance(source, str | os.PathLike):
         path = os.fspath(source)
+        if "://" not in path and not storage_options:
+            path = os.path.abspath(path)  # reopened elsewhere (a Dask worker) from any directory
         spec, head = detect_with_head(path, storage_options)
         src = spec.read(path, storage_options=storage_options, head=head, **options)
         kwargs = dict(options)
@@ -77,6 +81,13 @@ def load(
     if cache_size is not None:
         rs.block_cache_size = max(1, int(cache_size))
     return rs
+
+
+def _json_options(options: Mapping[str, Any], what: str) -> None:
+    unknown = sorted(set(options) - {"lazy", "max_gen", "template_overrides"})
+    if unknown:
+        raise Unsupported(f"options {unknown} are not used when reading {what} "
+                          "(it takes: lazy, max_gen, template_overrides)")
 
 
 def save(

@@ -386,13 +386,14 @@ def _classify(
 
 
 MAX_HEADS = 64  # more arrays than this: list keys are classified at open instead
+
+
 class Heads:
     """Where the list-valued keys lie, when each starts with a known array path and a '/' and ends
     with a plain ASCII digit (see :func:`_list_heads`)."""
 
-    def __init__(self, paths: list[str], counts: list[int], small: list[np.ndarray | None]) -> None:
+    def __init__(self, paths: list[str], small: list[np.ndarray | None]) -> None:
         self.prefixes = tuple(p + "/" for p in paths)
-        self.count = dict(zip(paths, counts, strict=True))  # list keys under each array
         # members whose keys lie under an array holding at most 1/8 of the list keys
         self.small = {p: m for p, m in zip(paths, small, strict=True) if m is not None}
 
@@ -455,12 +456,11 @@ def _list_heads(doc: Doc, is_str: np.ndarray, grids: Mapping[str, Any]) -> Heads
     done = [f for f in found if f is not None]
     if len(done) != len(found):
         return None
-    counts = [sum(f[i][0] for f in done) for i in range(len(paths))]
     small: list[np.ndarray | None] = []
     for i in range(len(paths)):
         got = [f[i][1] for f in done]
         small.append(np.concatenate(got) if all(g is not None for g in got) else None)
-    return Heads(paths, counts, small)
+    return Heads(paths, small)
 
 
 def _columns(

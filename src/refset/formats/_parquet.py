@@ -180,7 +180,10 @@ def decode_record(data: bytes, where: str) -> _Record:
             enc = path.dictionary_encode()
             values, indices = enc.dictionary, enc.indices
         has = _valid(indices)
-        urls = [u.decode() if isinstance(u, bytes) else u for u in values.to_pylist()]
+        try:
+            urls = [u.decode() if isinstance(u, bytes) else u for u in values.to_pylist()]
+        except UnicodeDecodeError as e:
+            raise InvalidReferences(f"{where}: column 'path' holds a URL that is not UTF-8 ({e})") from None
         idx = indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         pid = np.where(has, idx, 0)
         kind[has] = RANGE
