@@ -27,3 +27,22 @@ def shared_bench() -> Path:
     if not (d / "synth_refs.py").exists():
         pytest.skip(f"shared bench scripts not found at {d}")
     return d
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """storage_options for a real S3 server (moto) on 127.0.0.1 with a bucket named ``refs``."""
+    server = pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    srv = server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    srv.start()
+    host, port = srv.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    opts = {"key": "testing", "secret": "testing",
+            "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                 region_name="us-east-1").create_bucket(Bucket="refs")
+    yield opts
+    srv.stop()

@@ -48,24 +48,6 @@ def rs_bytes(rs: refset.ReferenceSet, key: str) -> bytes:
         return f.read(ln)
 
 
-@pytest.fixture(scope="module")
-def s3():
-    server = pytest.importorskip("moto.server")
-    pytest.importorskip("s3fs")
-    srv = server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    srv.start()
-    host, port = srv.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    opts = {"key": "testing", "secret": "testing",
-            "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
-    import boto3
-
-    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                 region_name="us-east-1").create_bucket(Bucket="refs")
-    yield opts
-    srv.stop()
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_sets_on_s3_through_sync_and_async_apis(tmp_path, s3, fmt):
     import asyncio

@@ -1,0 +1,102 @@
+"""Scan NetCDF4/HDF5 and NetCDF3 files into reference sets (``refset.scan``).
+
+The format is told by magic bytes, not the name: HDF5's signature at 0 or at a power of two from 512
+(a user block), ``CDF\\x01``/``\\x02``/``\\x05`` for NetCDF3. Files are read through fsspec, so local,
+HTTP and S3 files scan the same way, reading only the bytes the metadata needs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..errors import Unsupported
+from ..model import ReferenceSet
+
+__all__ = ["scan", "INLINE_THRESHOLD", "detect_format"]
+
+#: Chunks smaller than this many bytes are stored in the set (see docs/scan.md for the measurement).
+INLINE_THRESHOLD = 500
+
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+_CDF = {b"CDF\x01": "netcdf3", b"CDF\x02": "netcdf3", b"CDF\x05": "netcdf3"}
+
+
+def detect_format(f: Any, size: int) -> tuple[str, int]:
+    """``("hdf5", superblock offset)`` or ``("netcdf3", 0)`` from the bytes of the open file ``f``."""
+    f.seek(0)
+    head = f.read(8)
+    if head == HDF5_MAGIC:
+        return "hdf5", 0
+    if head[:4] in _CDF:
+        return _CDF[head[:4]], 0
+    at = 512
+    while at + 8 <= size:
+        f.seek(at)
+        if f.read(8) == HDF5_MAGIC:
+            return "hdf5", at
+        at *= 2
+    raise Unsupported(f"not a NetCDF3, NetCDF4 or HDF5 file (first bytes {head!r})")
+
+
+def _url(url: str, fs: Any) -> str:
+    """The URL the references name: local paths made absolute, remote URLs as given."""
+    if ("://" not in url and fs.protocol in ("file", ("file", "local"))) or url.startswith("file://"):
+        return os.path.abspath(url.removeprefix("file://"))
+    return url
+
+
+def scan(
+    url: str | os.PathLike[str],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    inline_threshold: int = INLINE_THRESHOLD,
+    group: str | None = None,
+    drop_variables: Iterable[str] | str = (),
+    subchunk: int | None = None,
+    **options: Any,
+) -> ReferenceSet:
+    """Reference every variable of a NetCDF4/HDF5 or NetCDF3 file as zarr v2 (as kerchunk writes it).
+
+    ``inline_threshold``: chunks (and whole small variables) below this many bytes are stored in the
+    set. ``group``: scan only this HDF5 group (it becomes the root). ``drop_variables``: names or
+    paths left out. ``subchunk``: split uncompressed chunks bigger than this many bytes along their
+    first axis so that parallel reads work. ``options`` go to the format scanner (HDF5:
+    ``max_inline`` bytes of data read through h5py and stored for filters no codec decodes exactly).
+    A variable that cannot be referenced exactly raises :class:`~refset.errors.Unsupported` naming it.
+    """
+    import fsspec
+
+    url = os.fspath(url)
+    so = dict(storage_options or {})
+    fs, path = fsspec.core.url_to_fs(url, **so)
+    drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables)
+    if inline_threshold < 0:
+        raise ValueError(f"inline_threshold: must be >= 0, got {inline_threshold}")
+    if subchunk is not None and subchunk <= 0:
+        raise ValueError(f"subchunk: must be a positive number of bytes, got {subchunk}")
+    size = fs.size(path)
+    with fs.open(path, "rb", **_open_options(fs)) as f:
+        kind, _ = detect_format(f, size)
+        f.seek(0)
+        if kind == "hdf5":
+            from .hdf5 import scan_hdf5
+
+            writer = scan_hdf5(f, _url(url, fs), inline_threshold=inline_threshold, group=group,
+                               drop=drop, subchunk=subchunk, **options)
+        else:
+            if group not in (None, "", "/"):
+                raise Unsupported(f"group={group!r}: NetCDF3 files have no groups")
+            from .netcdf3 import scan_netcdf3
+
+            writer = scan_netcdf3(f, _url(url, fs), size, inline_threshold=inline_threshold,
+                                  drop=drop, subchunk=subchunk, **options)
+    return writer.build(fs, path)
+
+
+def _open_options(fs: Any) -> dict[str, Any]:
+    """Local files unbuffered by fsspec; remote ones through a block cache sized for HDF5 metadata."""
+    if fs.protocol in ("file", ("file", "local")):
+        return {}
+    return {"cache_type": "blockcache", "block_size": 256 * 1024}
