@@ -23,7 +23,7 @@ def _run(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
                           check=check)
 
 
-@pytest.mark.parametrize("cmd", [[], ["info"], ["validate"], ["ls"], ["convert"], ["cat"]])
+@pytest.mark.parametrize("cmd", [[], ["scan"], ["info"], ["validate"], ["ls"], ["convert"], ["cat"]])
 def test_help_everywhere(cmd: list[str]):
     r = _run(*cmd, "--help")
     assert r.returncode == 0 and "usage: refset" in r.stdout
@@ -126,3 +126,31 @@ def test_import_and_help_are_light():
             f"print([m for m in {HEAVY!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_scan_one_file_and_several_into_a_directory(tmp_path: Path):
+    h5py = pytest.importorskip("h5py")
+    np = pytest.importorskip("numpy")
+    zarr = pytest.importorskip("zarr")
+    files = []
+    for i in range(2):
+        p = tmp_path / f"d{i}.h5"
+        with h5py.File(p, "w") as f:
+            f.create_dataset("v", data=np.arange(1000, dtype="i4") + i, chunks=(250,), compression="gzip")
+            f.create_dataset("refs", data=[f.ref], dtype=h5py.ref_dtype)
+        files.append(p)
+    r = _run("scan", str(files[0]), "-o", str(tmp_path / "one.parq"))
+    assert r.returncode == 1 and "'refs'" in r.stderr and not (tmp_path / "one.parq").exists()
+    r = _run("scan", str(files[0]), "-o", str(tmp_path / "one.parq"), "--drop-variables", "refs",
+             "--inline-threshold", "0")
+    assert r.returncode == 0, r.stderr
+    assert "wrote" in r.stderr and refset.load(tmp_path / "one.parq").format_info()["format"] == "parquet"
+    r = _run("scan", *map(str, files), "-o", str(tmp_path / "out") + "/", "--format", "packed",
+             "--drop-variables", "refs")
+    assert r.returncode == 0, r.stderr
+    for i, p in enumerate(files):
+        rs = refset.load(tmp_path / "out" / f"{p.name}.packed")
+        got = zarr.open_group(refset.ZarrStore(rs), mode="r")["v"][...]
+        np.testing.assert_array_equal(got, np.arange(1000) + i)
+    r = _run("scan", str(files[0]), "-o", str(tmp_path / "x.json"), "--storage-options", "[1]")
+    assert r.returncode != 0 and "--storage-options" in r.stderr

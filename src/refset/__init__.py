@@ -12,6 +12,7 @@ from .errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsup
 from .formats import load, save
 from .keys import ChunkGrid
 from .model import ReferenceSet
+from .scan import scan
 from .tables import ChunkTable, KeyTable, concat_tables, union_urls
 from .transforms import rename_urls
 
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 __all__ = [
     "load",
     "save",
+    "scan",
     "ReferenceSet",
     "ChunkTable",
     "KeyTable",

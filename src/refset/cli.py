@@ -170,18 +170,65 @@ def _ls_line(rs: Any, key: str, long: bool) -> str:
 def cmd_convert(a: argparse.Namespace) -> int:
     import refset
 
+    rs = refset.load(a.input)
+    refset.save(rs, a.output, format=a.format, **_options(a.option))
+    size = _size_on_disk(a.output)
+    if size is not None:
+        sys.stderr.write(f"wrote {a.output} ({size:,} bytes)\n")
+    return EXIT_OK
+
+
+def _options(items: Sequence[str] | None) -> dict[str, Any]:
     options: dict[str, Any] = {}
-    for item in a.option or []:
+    for item in items or []:
         k, _, v = item.partition("=")
         try:
             options[k] = json.loads(v)
         except ValueError:
             options[k] = v
-    rs = refset.load(a.input)
-    refset.save(rs, a.output, format=a.format, **options)
-    size = _size_on_disk(a.output)
-    if size is not None:
-        sys.stderr.write(f"wrote {a.output} ({size:,} bytes)\n")
+    return options
+
+
+def _json_arg(text: str | None, flag: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise SystemExit(f"refset: {flag}: not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise SystemExit(f"refset: {flag}: must be a JSON object")
+    return value
+
+
+def _scan_output(src: str, out: str, many: bool, fmt: str | None) -> str:
+    """OUT itself for one file; for several, ``OUT/<file name>.<suffix of the format>``."""
+    if not many and not out.endswith("/"):
+        return out
+    from .formats.registry import FORMATS
+
+    suffix = {"v1": ".json", "json": ".json"}.get(fmt or "json") or FORMATS[fmt or "json"].suffixes[0]
+    name = src.rstrip("/").rsplit("/", 1)[-1]
+    return os.path.join(out, name + suffix)
+
+
+def cmd_scan(a: argparse.Namespace) -> int:
+    import refset
+
+    many = len(a.files) > 1
+    if many and "://" not in a.output and os.path.isfile(a.output):
+        raise SystemExit(f"refset scan: -o {a.output}: several files need a directory (end it with /)")
+    if (many or a.output.endswith("/")) and "://" not in a.output:
+        os.makedirs(a.output, exist_ok=True)
+    so = _json_arg(a.storage_options, "--storage-options")
+    drop = [v for v in (a.drop_variables or "").split(",") if v]
+    for src in a.files:
+        rs = refset.scan(src, storage_options=so, inline_threshold=a.inline_threshold, group=a.group,
+                         drop_variables=drop, subchunk=a.subchunk)
+        dest = _scan_output(src, a.output, many, a.format)
+        refset.save(rs, dest, format=a.format, **_options(a.option))
+        n = sum(int(rs.table(p).kind_counts()[1:].sum()) for p in rs.grids)
+        sys.stderr.write(f"wrote {dest} ({len(rs.grids)} arrays, {n:,} chunks) from {src}\n")
     return EXIT_OK
 
 
@@ -199,9 +246,33 @@ def cmd_cat(a: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="refset",
-        description="Inspect, validate, convert and read kerchunk-style reference sets.",
+        description="Make, inspect, validate, convert and read kerchunk-style reference sets.",
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    from .formats.registry import FORMATS
+    from .scan import INLINE_THRESHOLD
+
+    s = sub.add_parser("scan", help="reference NetCDF4/HDF5/NetCDF3 files",
+                       description="Scan each FILE (local path or URL; the format is told by its "
+                                   "magic bytes) into a reference set and write it to OUT. Several "
+                                   "files: OUT is a directory and each set is named after its file.")
+    s.add_argument("files", nargs="+", metavar="FILE")
+    s.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="output file (one FILE) or directory (several, or OUT ending in /)")
+    s.add_argument("--format", choices=list(FORMATS), help="output format (default: from OUT's "
+                   "suffix, JSON when it has none)")
+    s.add_argument("--inline-threshold", type=int, default=INLINE_THRESHOLD, metavar="BYTES",
+                   help=f"store chunks smaller than this in the set (default {INLINE_THRESHOLD})")
+    s.add_argument("--group", help="scan only this HDF5 group")
+    s.add_argument("--drop-variables", metavar="A,B", help="comma-separated variables to leave out")
+    s.add_argument("--subchunk", type=int, metavar="BYTES",
+                   help="split uncompressed chunks bigger than this along their first axis")
+    s.add_argument("--storage-options", metavar="JSON", help="fsspec options for reading FILE, "
+                   "e.g. '{\"anon\": true}'")
+    s.add_argument("-O", "--option", action="append", metavar="NAME=VALUE",
+                   help="writer option, e.g. -O record_size=100000 (repeatable)")
+    s.set_defaults(func=cmd_scan)
 
     s = sub.add_parser("info", help="summarise a reference set",
                        description="Keys by kind, arrays with shape/chunk grid/fraction present, "
@@ -229,8 +300,6 @@ def build_parser() -> argparse.ArgumentParser:
                                    "inferred from OUT unless --format is given.")
     s.add_argument("input", metavar="IN")
     s.add_argument("output", metavar="OUT")
-    from .formats.registry import FORMATS
-
     s.add_argument("--format", choices=list(FORMATS),
                    help="; ".join(f"{f.name} = {f.description}" for f in FORMATS.values()))
     s.add_argument("-o", "--option", action="append", metavar="NAME=VALUE",
