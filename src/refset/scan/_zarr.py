@@ -139,6 +139,7 @@ class SetWriter:
         self.metadata[f"{path}/.zarray"] = {
             "chunks": list(chunks),
             "compressor": None,
+            "dimension_separator": ".",
             "dtype": dtype_json(dtype),
             "fill_value": fill_json(fill_value, dtype),
             "filters": filters or None,
