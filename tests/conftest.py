@@ -7,6 +7,12 @@ from pathlib import Path
 
 import pytest
 
+try:  # before any test imports netCDF4: netCDF4 points HDF5_PLUGIN_PATH at its own filter builds,
+    # linked against its bundled HDF5, and h5py then fails to write Blosc ("error during user callback")
+    import hdf5plugin  # noqa: F401
+except ImportError:
+    pass
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("REFSET_SHARED", REPO.parent / "shared"))
 CORPUS = SHARED / "corpus"
