@@ -21,6 +21,7 @@ zarr = pytest.importorskip("zarr")
 xr = pytest.importorskip("xarray")
 
 from .conftest import CORPUS  # noqa: E402
+from .scan_oracle import check_against_xarray, texts  # noqa: E402
 
 # Corpus variables the scan refuses, and the words of the reason (docs/scan.md lists them).
 REFUSED = {
@@ -48,11 +49,6 @@ def _is_variable(ds) -> bool:
     return not (isinstance(name, bytes | np.bytes_) and bytes(name).startswith(b"This is a netCDF dimension"))
 
 
-def _texts(a: np.ndarray) -> np.ndarray:
-    return np.array([x.decode() if isinstance(x, bytes) else str(x) for x in np.asarray(a).reshape(-1)],
-                    dtype=object).reshape(np.shape(a))
-
-
 def _undefined(ds) -> bool:
     """A dataset never written in a file created without fill values: its values are undefined."""
     plist = ds.id.get_create_plist()
@@ -74,7 +70,7 @@ def check_against_h5py(path: Path, rs: refset.ReferenceSet, skip: set[str] = fro
             if _undefined(f[k]):
                 continue
             if want.dtype.kind == "O":
-                got, want = _texts(got), _texts(want)
+                got, want = texts(got), texts(want)
             else:
                 assert got.dtype == want.dtype.newbyteorder("=") or got.dtype == want.dtype or (
                     want.dtype.names and got.dtype.names == want.dtype.names), (k, got.dtype, want.dtype)
@@ -82,66 +78,6 @@ def check_against_h5py(path: Path, rs: refset.ReferenceSet, skip: set[str] = fro
             assert eq, f"{path.name}: {k} differs"
             n += 1
     return n
-
-
-def _plain(v):
-    """Compound values (numpy voids, tuples) as nested lists, as JSON holds them."""
-    if isinstance(v, np.void | np.ndarray) and v.dtype.names:
-        v = v.tolist()
-    if isinstance(v, tuple | list):
-        return [_plain(x) for x in v]
-    return v
-
-
-def _attrs_equal(a: dict, b: dict, where: str) -> None:
-    for k, v in b.items():
-        if k.startswith("_NC"):  # xarray's zarr backend hides _NC* attributes
-            continue
-        assert k in a, f"{where}: attribute {k!r} missing"
-        if isinstance(v, np.void):
-            assert _plain(a[k]) == _plain(v), f"{where}: attribute {k!r}"
-            continue
-        np.testing.assert_equal(np.asarray(a[k]).astype(np.asarray(v).dtype) if np.asarray(v).dtype.kind in "fiu"
-                                else a[k], v, err_msg=f"{where}: attribute {k!r}")
-
-
-def check_against_xarray(path: Path, rs: refset.ReferenceSet) -> bool:
-    """``refset.open_dataset(scan)`` equals ``xr.open_dataset(file)`` (netCDF4 engine) in values,
-    dtype, dims, NaN positions and attributes. Variables netCDF-C cannot show (opaque, complex...)
-    may be extra on our side. Where scale_factor/add_offset are float32, xarray's float dtype choice
-    follows the attribute's type, which JSON does not keep: values are compared in the file's dtype."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            want = xr.open_dataset(path, engine="netcdf4").load()
-    except Exception:
-        return False  # netCDF-C cannot open this HDF5 file; the h5py check covers it
-    got = refset.open_dataset(rs).load()
-    _attrs_equal(got.attrs, want.attrs, f"{path.name} globals")
-    for name, w in want.variables.items():
-        assert name in got.variables, f"{path.name}: variable {name!r} missing"
-        g = got[name].variable
-        assert g.dims == w.dims, (path.name, name, g.dims, w.dims)
-        gv, wv = g.values, w.values
-        if gv.dtype != wv.dtype and {"scale_factor", "add_offset"} & set(w.encoding):
-            gv = gv.astype(wv.dtype)
-        if wv.dtype.kind in "UO":  # strings: numpy's StringDType from zarr, fixed or object from netCDF4
-            gv, wv = _texts(gv), _texts(wv)
-        elif wv.dtype.names:  # compounds: packed from zarr, aligned from netCDF4
-            assert gv.dtype.names == wv.dtype.names and all(
-                np.array_equal(gv[n], wv[n]) for n in wv.dtype.names), f"{path.name}: {name}"
-            continue
-        assert gv.dtype == wv.dtype, (path.name, name, gv.dtype, wv.dtype)
-        if wv.dtype.kind in "fc" and {"scale_factor", "add_offset"} & set(w.encoding):
-            # one float32 rounding of the largest term: xarray computes in float64 here, netCDF4 in float32
-            tol = 3e-7 * float(np.nanmax(np.abs(wv))) if wv.size and np.isfinite(wv).any() else 0.0
-            np.testing.assert_allclose(gv, wv, rtol=3e-7, atol=tol, err_msg=f"{path.name}: {name}")
-        elif wv.dtype.kind in "fc":
-            np.testing.assert_array_equal(gv, wv, err_msg=f"{path.name}: {name}")
-        else:
-            assert np.array_equal(gv, wv), f"{path.name}: {name}"
-        _attrs_equal(g.attrs, w.attrs, f"{path.name}: {name}")
-    return True
 
 
 # The values of this variable are undefined: written without fill, never written (netCDF's nofill).

@@ -10,6 +10,7 @@ __all__ = [
     "RefsetError",
     "InvalidReferences",
     "Unsupported",
+    "InvalidFile",
     "ReferenceNotReachable",
     "ShortRead",
 ]
@@ -40,6 +41,10 @@ class InvalidReferences(RefsetError, ValueError):
 
 class Unsupported(RefsetError, ValueError):
     """The input is valid but uses something refset (or the chosen format) cannot handle."""
+
+
+class InvalidFile(RefsetError, ValueError):
+    """A file handed to ``scan`` is malformed: a corrupt header, data said to lie past its end."""
 
 
 class ReferenceNotReachable(RefsetError, OSError):

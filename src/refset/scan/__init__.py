@@ -19,6 +19,9 @@ __all__ = ["scan", "INLINE_THRESHOLD", "detect_format"]
 #: Chunks smaller than this many bytes are stored in the set (see docs/scan.md for the measurement).
 INLINE_THRESHOLD = 500
 
+# Options passed on to the format scanners (every scanner accepts all, so one call scans any file).
+_OPTIONS = frozenset({"max_inline"})
+
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _CDF = {b"CDF\x01": "netcdf3", b"CDF\x02": "netcdf3", b"CDF\x05": "netcdf3"}
 
@@ -74,6 +77,10 @@ def scan(
     drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables)
     if inline_threshold < 0:
         raise ValueError(f"inline_threshold: must be >= 0, got {inline_threshold}")
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise ValueError(f"scan: unknown option(s) {', '.join(map(repr, unknown))}; "
+                         f"format options are {', '.join(sorted(_OPTIONS))}")
     if subchunk is not None and subchunk <= 0:
         raise ValueError(f"subchunk: must be a positive number of bytes, got {subchunk}")
     size = fs.size(path)

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import Unsupported
 from ..model import ReferenceSet
 
-__all__ = ["SetWriter", "json_value", "json_attrs", "fill_json", "dtype_json", "cannot"]
+__all__ = ["SetWriter", "json_value", "json_attrs", "fill_json", "dtype_json", "cannot", "split_rows"]
 
 
 def cannot(variable: str, reason: str) -> Unsupported:
@@ -100,6 +100,24 @@ def dtype_json(dtype: np.dtype) -> Any:
         base = dtype_json(sub.base)
         out.append([name, base, list(sub.shape)] if sub.shape else [name, base])
     return out
+
+
+def split_rows(shape: tuple[int, ...], itemsize: int, limit: int | None) -> int:
+    """Rows per sub-chunk: the largest divisor of ``shape[0]`` whose rows fit in ``limit`` bytes."""
+    if not shape:
+        return 1
+    if limit is None or shape[0] <= 1:
+        return shape[0] or 1
+    row = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
+    if row * shape[0] <= limit:
+        return shape[0]
+    best = 1
+    for k in range(1, int(shape[0] ** 0.5) + 1):
+        if shape[0] % k == 0:
+            for d in (k, shape[0] // k):
+                if d * row <= limit and d > best:
+                    best = d
+    return best
 
 
 class SetWriter:

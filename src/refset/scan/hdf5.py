@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import Unsupported
 from ._filters import encode_chunk, hdf5_filters
-from ._zarr import SetWriter, cannot, json_attrs, json_value
+from ._zarr import SetWriter, cannot, json_attrs, json_value, split_rows
 
 __all__ = ["scan_hdf5", "MAX_INLINE"]
 
@@ -184,7 +184,7 @@ class _Scanner:
         offset = ds.id.get_offset()
         nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         if offset is None or nbytes == 0:  # never written: every value is the fill value
-            rows = _split_rows(shape, dt.itemsize, 4 * 2**20)
+            rows = split_rows(shape, dt.itemsize, 4 * 2**20)
             chunks = (rows, *shape[1:]) if shape else ()
             chunks = tuple(max(c, 1) for c in chunks)
             grid = tuple(-(-s // c) for s, c in zip(shape, chunks))
@@ -194,7 +194,7 @@ class _Scanner:
                            fill_value=fill if inline else _fill_or_default(fill, ds),
                            filters=filters, attrs=attrs, dims=dims, inline=inline)
             return
-        rows = _split_rows(shape, dt.itemsize, self.subchunk)
+        rows = split_rows(shape, dt.itemsize, self.subchunk)
         chunks = (rows, *shape[1:]) if shape else ()
         n = shape[0] // rows if shape else 1
         step = nbytes // n
@@ -401,21 +401,3 @@ def _fill_or_default(fill: Any, ds: Any) -> Any:
     if ds.dtype.kind == "O":
         return None
     return ds.fillvalue
-
-
-def _split_rows(shape: tuple[int, ...], itemsize: int, limit: int | None) -> int:
-    """Rows per sub-chunk: the largest divisor of ``shape[0]`` whose rows fit in ``limit`` bytes."""
-    if not shape:
-        return 1
-    if limit is None or shape[0] <= 1:
-        return shape[0] or 1
-    row = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
-    if row * shape[0] <= limit:
-        return shape[0]
-    best = 1
-    for k in range(1, int(shape[0] ** 0.5) + 1):
-        if shape[0] % k == 0:
-            for d in (k, shape[0] // k):
-                if d * row <= limit and d > best:
-                    best = d
-    return best
