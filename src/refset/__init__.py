@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .combine import combine
 from .errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
 from .formats import load, save
 from .keys import ChunkGrid
@@ -26,6 +27,7 @@ __all__ = [
     "load",
     "save",
     "scan",
+    "combine",
     "ReferenceSet",
     "ChunkTable",
     "KeyTable",

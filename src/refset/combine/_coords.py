@@ -1,0 +1,175 @@
+"""Coordinates of each input along each concat dim, in kerchunk's ``coo_map`` vocabulary.
+
+A selector gives either the input's values along a dim it has (``"data:VAR"``, ``"cf:VAR"``, the
+default) or one value for an input of one step / for a new dim (a list, a regex on the input's name,
+``"attr:NAME"``, ``"vattr:VAR:NAME"``, ``"INDEX"``, a callable). Times whose ``units``/``calendar``
+differ between inputs are decoded with cftime and encoded again in the first input's units.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidReferences, Unsupported
+from ..model import ReferenceSet
+from ._values import read_arrays, zattrs
+
+__all__ = ["Coordinate", "coordinates"]
+
+_CALENDARS = {"gregorian": "standard", "365_day": "noleap", "366_day": "all_leap"}
+
+
+@dataclass
+class Coordinate:
+    """The combined coordinate of one concat dim: sorted values, and per input its values."""
+
+    dim: str
+    values: np.ndarray  # sorted, unique
+    per_input: list[np.ndarray]  # one array per input (length 1 for one-value selectors)
+    attrs: dict[str, Any]  # of the coordinate variable (units of the combined encoding)
+    new: bool  # the dim is not in the inputs
+
+
+def coordinates(
+    sets: Sequence[ReferenceSet],
+    names: Sequence[str],
+    dims: Sequence[str],
+    coo_map: Mapping[str, Any],
+    coo_dtypes: Mapping[str, Any],
+    storage_options: Mapping[str, Any] | None,
+) -> list[Coordinate]:
+    out = []
+    for dim in dims:
+        sel = coo_map.get(dim)
+        new = not any(_has_dim(rs, dim) for rs in sets)
+        attrs: dict[str, Any] = {}
+        if sel is None:
+            if not any(f"{dim}/.zarray" in rs for rs in sets):
+                raise InvalidReferences(
+                    f"concat dim {dim!r}: no input has a variable {dim!r} to take its values from; "
+                    f"give coo_map={{{dim!r}: ...}} (e.g. 'INDEX', a regex on the file name, 'attr:NAME')")
+            sel = f"data:{dim}"
+        if isinstance(sel, str) and sel.split(":", 1)[0] in ("data", "cf"):
+            kind, var = sel.split(":", 1)
+            per, attrs = _data(sets, names, dim, var, cf=kind == "cf" or None, so=storage_options)
+        else:
+            _check_lengths(sel, len(sets), dim)
+            per = [np.atleast_1d(np.asarray(_one(sel, i, rs, names[i], dim))) for i, rs in enumerate(sets)]
+        if dim in coo_dtypes:
+            per = [p.astype(coo_dtypes[dim]) for p in per]
+        per = [p.astype(str) if p.dtype.kind == "O" and all(isinstance(x, str) for x in p) else p for p in per]
+        values = np.unique(np.concatenate(per))
+        if len(dims) == 1 and values.size != sum(p.size for p in per):
+            _duplicate(per, names, dim)  # with several dims, inputs share values: see the placement check
+        out.append(Coordinate(dim, values, per, attrs, new))
+    return out
+
+
+def _has_dim(rs: ReferenceSet, dim: str) -> bool:
+    if f"{dim}/.zarray" in rs:
+        return True
+    for path in rs.grids:
+        if dim in zattrs(rs, path).get("_ARRAY_DIMENSIONS", ()):
+            return True
+    return False
+
+
+def _duplicate(per: list[np.ndarray], names: Sequence[str], dim: str) -> None:
+    seen: dict[Any, int] = {}
+    for i, p in enumerate(per):
+        for v in p.tolist():
+            if v in seen:
+                where = (f"inputs {names[seen[v]]!r} and {names[i]!r} both have"
+                         if seen[v] != i else f"input {names[i]!r} has twice")
+                raise InvalidReferences(f"concat dim {dim!r}: {where} the value {v!r}")
+            seen[v] = i
+
+
+def _one(sel: Any, i: int, rs: ReferenceSet, name: str, dim: str) -> Any:
+    """One input's value for a one-value selector."""
+    if isinstance(sel, re.Pattern):
+        m = sel.search(name)
+        if m is None:
+            raise InvalidReferences(f"coo_map[{dim!r}]: the pattern {sel.pattern!r} does not match the "
+                                    f"input {name!r}")
+        return m.group(1) if m.groups() else m.group(0)
+    if isinstance(sel, str):
+        if sel == "INDEX":
+            return i
+        kind, _, rest = sel.partition(":")
+        if kind == "attr":
+            attrs = zattrs(rs, "")
+            if rest not in attrs:
+                raise InvalidReferences(f"coo_map[{dim!r}]={sel!r}: input {name!r} has no global "
+                                        f"attribute {rest!r}")
+            return attrs[rest]
+        if kind == "vattr":
+            var, _, attr = rest.partition(":")
+            attrs = zattrs(rs, var)
+            if attr not in attrs:
+                raise InvalidReferences(f"coo_map[{dim!r}]={sel!r}: input {name!r} has no attribute "
+                                        f"{attr!r} on variable {var!r}")
+            return attrs[attr]
+        raise InvalidReferences(f"coo_map[{dim!r}]: unknown selector {sel!r} (one of 'INDEX', "
+                                "'attr:NAME', 'vattr:VAR:NAME', 'data:VAR', 'cf:VAR', a list, a "
+                                "compiled regex or a callable)")
+    if callable(sel):
+        return sel(i, rs, name)
+    if isinstance(sel, Sequence | np.ndarray):
+        return sel[i]
+    raise InvalidReferences(f"coo_map[{dim!r}]: a {type(sel).__name__} is not a selector")
+
+
+def _check_lengths(sel: Any, n: int, dim: str) -> None:
+    if isinstance(sel, Sequence | np.ndarray) and not isinstance(sel, str) and len(sel) != n:
+        raise InvalidReferences(f"coo_map[{dim!r}]: {len(sel)} values for {n} inputs")
+
+
+def _data(sets: Sequence[ReferenceSet], names: Sequence[str], dim: str, var: str, cf: bool | None,
+          so: Mapping[str, Any] | None) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Each input's values of ``var``, in one common encoding when they are CF times."""
+    for rs, name in zip(sets, names):
+        if f"{var}/.zarray" not in rs:
+            raise InvalidReferences(f"concat dim {dim!r}: input {name!r} has no variable {var!r}")
+    raw = read_arrays([(rs, var) for rs in sets], so)
+    raw = [np.asarray(r).reshape(-1) for r in raw]
+    attrs = [zattrs(rs, var) for rs in sets]
+    first = attrs[0]
+    units = [a.get("units") for a in attrs]
+    is_time = isinstance(units[0], str) and " since " in units[0]
+    if cf is None:
+        cf = is_time
+    if not cf:
+        return raw, {k: v for k, v in first.items() if k != "_ARRAY_DIMENSIONS"}
+    if not is_time:
+        raise Unsupported(f"coo_map[{dim!r}]='cf:{var}': input {names[0]!r}: {var!r} has no CF time "
+                          f"units (units={units[0]!r})")
+    cal = [_CALENDARS.get(a.get("calendar", "standard"), a.get("calendar", "standard")) for a in attrs]
+    keep = {k: v for k, v in first.items() if k != "_ARRAY_DIMENSIONS"}
+    if all(u == units[0] for u in units) and all(c == cal[0] for c in cal):
+        return raw, keep
+    for c, name in zip(cal, names):
+        if c != cal[0]:
+            raise Unsupported(f"concat dim {dim!r}: input {name!r} uses calendar {c!r}, input "
+                              f"{names[0]!r} {cal[0]!r}: dates of different calendars cannot share "
+                              "one time axis")
+    import cftime
+
+    out = []
+    for r, u, name in zip(raw, units, names):
+        if not isinstance(u, str) or " since " not in u:
+            raise Unsupported(f"concat dim {dim!r}: input {name!r}: {var!r} has units {u!r}, not CF "
+                              "time units like the first input's")
+        dates = cftime.num2date(r, u, cal[0])
+        out.append(np.asarray(cftime.date2num(dates, units[0], cal[0])).reshape(-1))
+    dtype = raw[0].dtype
+    if dtype.kind in "iu" and all(np.array_equal(o, np.round(o)) for o in out):
+        out = [o.astype(dtype) for o in out]
+    else:
+        out = [o.astype(np.float64) for o in out]
+    return out, keep

@@ -1,0 +1,215 @@
+"""refset.combine: NetCDF files made here (and kerchunk's sets of them) combined along CF time, regex,
+attribute and INDEX coordinates, new dims; read back through refset + xarray equal to xarray's
+combination of the original files; every refusal names the variable and the input."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import refset
+from refset.combine import combine
+from refset.errors import InvalidReferences, Unsupported
+
+nc4 = pytest.importorskip("netCDF4")
+xr = pytest.importorskip("xarray")
+
+
+def _day(path: Path, t0: int, *, steps: int = 2, units: str = "days since 2000-01-01",
+         calendar: str = "standard", member: str = "a", extra: bool = True, lat=(1.0, 2.0, 3.0),
+         vchunk: int = 1) -> Path:
+    """A daily file: time (unlimited), lat, lon; v(time, lat, lon) compressed; w only if ``extra``."""
+    scale = {"days": 1, "hours": 24}[units.split()[0]]
+    with nc4.Dataset(path, "w") as ds:
+        ds.createDimension("time", None)
+        ds.createDimension("lat", 3)
+        ds.createDimension("lon", 4)
+        ds.member = member
+        t = ds.createVariable("time", "f8", ("time",))
+        t.units, t.calendar = units, calendar
+        t[:] = (np.arange(steps) + t0) * scale
+        ds.createVariable("lat", "f4", ("lat",))[:] = lat
+        ds.createVariable("lon", "f4", ("lon",))[:] = np.arange(4)
+        v = ds.createVariable("v", "f4", ("time", "lat", "lon"), chunksizes=(vchunk, 3, 4), zlib=True,
+                              fill_value=np.float32(-999))
+        v.units = "K"
+        v[:] = np.arange(steps * 12, dtype="f4").reshape(steps, 3, 4) + 100 * t0
+        if extra:
+            ds.createVariable("w", "i2", ("time", "lat"))[:] = np.full((steps, 3), t0, "i2")
+        ds.createVariable("crs", "i4", ())[...] = 4326
+    return path
+
+
+def _days(tmp_path: Path, n: int = 4, **kw) -> list[Path]:
+    return [_day(tmp_path / f"day{i:02d}.nc", 2 * i, **kw) for i in range(n)]
+
+
+def _mf(files, **kw) -> xr.Dataset:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return xr.open_mfdataset([str(f) for f in files], combine="nested", data_vars="minimal",
+                                 coords="minimal", compat="override", **kw).load()
+
+
+def test_cf_time_with_different_units_any_order(tmp_path: Path) -> None:
+    files = _days(tmp_path)
+    hourly = _day(tmp_path / "hours.nc", 8, units="hours since 2000-01-01")
+    inputs = [files[2], hourly, files[0], files[3], files[1]]  # shuffled, mixed units
+    rs = combine(inputs, concat_dims="time", identical_dims=["lat", "lon"])
+    got = refset.open_dataset(rs).load()
+    want = _mf([*files, hourly], concat_dim="time")
+    xr.testing.assert_identical(got, want.assign_attrs(got.attrs))
+    assert json.loads(rs["time/.zattrs"])["units"] == "days since 2000-01-01"  # the first input's
+    assert np.isnan(got.v.where(got.v != -999).values).sum() == 0
+    # the kerchunk reference set of each file combines the same way
+    ker = _kerchunk(inputs)
+    got2 = refset.open_dataset(combine(ker, concat_dims="time", identical_dims=["lat", "lon"])).load()
+    xr.testing.assert_identical(got2, got)
+
+
+def _kerchunk(files) -> list[dict]:
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for f in files:
+            out.append(SingleHdf5ToZarr(str(f), str(f), inline_threshold=300).translate())
+    return out
+
+
+def test_reference_files_of_every_format_and_rename(tmp_path: Path) -> None:
+    files = _days(tmp_path, 3)
+    paths = []
+    for f, fmt in zip(files, ["json", "parquet", "packed"]):
+        suffix = {"json": ".json", "parquet": ".parq", "packed": ".packed"}[fmt]
+        out = tmp_path / f"{f.stem}{suffix}"
+        refset.save(refset.scan(f), str(out), format=fmt)
+        paths.append(str(out))
+    rs = combine(paths, concat_dims="time")
+    want = _mf(files, concat_dim="time")
+    xr.testing.assert_identical(refset.open_dataset(rs).load(), want.assign_attrs(
+        refset.open_dataset(rs).attrs))
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for f in files:
+        f.rename(moved / f.name)
+    rs2 = refset.rename_urls(rs, {str(tmp_path) + "/": str(moved) + "/"})
+    assert all(u.startswith(str(moved)) for u in rs2.urls)
+    xr.testing.assert_identical(refset.open_dataset(rs2).load(), refset.open_dataset(rs2).load())
+    np.testing.assert_array_equal(refset.open_dataset(rs2).v.values, want.v.values)
+
+
+def test_new_dim_from_regex_and_two_concat_dims(tmp_path: Path) -> None:
+    files = []
+    for m in ("r1", "r2"):
+        for d in range(3):
+            files.append(_day(tmp_path / f"ens_{m}_day{d}.nc", 2 * d + (10 if m == "r2" else 0) * 0,
+                              member=m))
+    rs = combine(files[::-1], concat_dims=["member", "time"], identical_dims=["lat", "lon"],
+                 coo_map={"member": re.compile(r"ens_(r\d)_")})
+    got = refset.open_dataset(rs).load()
+    assert got.v.dims == ("member", "time", "lat", "lon")
+    assert got.lat.dims == ("lat",) and got.crs.dims == ("member",)
+    assert list(got.member.values) == ["r1", "r2"]
+    by_member = [_mf([f for f in files if f"_{m}_" in f.name], concat_dim="time") for m in ("r1", "r2")]
+    want = xr.concat(by_member, dim=xr.Variable("member", ["r1", "r2"]), data_vars="all", coords="minimal",
+                     compat="override")
+    np.testing.assert_array_equal(got.v.values, want.v.values)
+    np.testing.assert_array_equal(got.time.values, want.time.values)
+    np.testing.assert_array_equal(got.w.values, want.w.values)
+
+
+@pytest.mark.parametrize("sel", ["attr:member", "INDEX", ["a", "b", "c"], "vattr:v:units_of"])
+def test_one_value_selectors_for_a_new_dim(tmp_path: Path, sel) -> None:
+    files = [_day(tmp_path / f"m{i}.nc", 0, member="abc"[i]) for i in range(3)]
+    for i, f in enumerate(files):
+        with nc4.Dataset(f, "a") as ds:
+            ds["v"].units_of = 10 * i
+    rs = combine(files, concat_dims="member", coo_map={"member": sel}, identical_dims=["lat", "lon", "time"])
+    got = refset.open_dataset(rs).load()
+    assert got.v.shape == (3, 2, 3, 4)
+    for i, f in enumerate(files):
+        with nc4.Dataset(f) as ds:
+            np.testing.assert_array_equal(got.v.values[i], ds["v"][:].data)
+    assert got.time.dims == ("time",)  # an identical dim does not gain the new dim
+
+
+def test_callable_selector_and_coo_dtypes(tmp_path: Path) -> None:
+    files = [_day(tmp_path / f"run{i}.nc", 0) for i in (3, 1, 2)]
+    rs = combine(files, concat_dims="run", identical_dims=["lat", "lon", "time"],
+                 coo_map={"run": lambda i, s, name: name.rsplit("run", 1)[1][0]}, coo_dtypes={"run": "i2"})
+    got = refset.open_dataset(rs).load()
+    assert got.run.dtype == np.int16 and list(got.run.values) == [1, 2, 3]
+    with nc4.Dataset(files[1]) as ds:  # run1 is the second input, first in the combined set
+        np.testing.assert_array_equal(got.v.values[0], ds["v"][:].data)
+
+
+def test_variable_missing_from_some_inputs_reads_fill(tmp_path: Path) -> None:
+    files = [_day(tmp_path / "a.nc", 0), _day(tmp_path / "b.nc", 2, extra=False), _day(tmp_path / "c.nc", 4)]
+    got = refset.open_dataset(combine(files, concat_dims="time")).load()
+    assert got.w.shape == (6, 3)
+    np.testing.assert_array_equal(got.w.values[[0, 1, 4, 5], 0], [0, 0, 4, 4])
+    assert got.w.values[2:4].tolist() == [[0, 0, 0]] * 2  # no fill value: zarr's default
+
+
+def test_refusals_name_the_variable_and_the_input(tmp_path: Path) -> None:
+    a = _day(tmp_path / "a.nc", 0)
+    b = _day(tmp_path / "b.nc", 2, lat=(1.0, 2.0, 4.0))
+    with pytest.raises(InvalidReferences, match=r"identical dim 'lat': values in input '.*b\.nc' differ"):
+        combine([a, b], concat_dims="time", identical_dims=["lat"])
+    combine([a, b], concat_dims="time", identical_dims=["lat"], check=False)
+    c = _day(tmp_path / "c.nc", 2, vchunk=2)
+    with pytest.raises(Unsupported, match=r"variable 'v': chunks \[2, 3, 4\] in input '.*c\.nc' differs"):
+        combine([a, c], concat_dims="time")
+    d = _day(tmp_path / "d.nc", 1)  # overlaps a's second day
+    with pytest.raises(InvalidReferences, match=r"concat dim 'time': inputs '.*a\.nc' and '.*d\.nc' both"):
+        combine([a, d], concat_dims="time")
+    e = _day(tmp_path / "e.nc", 4, units="days since 2000-01-01", calendar="noleap")
+    with pytest.raises(Unsupported, match="calendar 'noleap'"):
+        combine([a, _day(tmp_path / "f.nc", 2, units="hours since 2000-01-01"), e], concat_dims="time")
+    with pytest.raises(InvalidReferences, match=r"no input has a variable 'member'.*coo_map"):
+        combine([a, b], concat_dims="member")
+    with pytest.raises(InvalidReferences, match=r"pattern 'zz\(.*\)' does not match the input"):
+        combine([a, b], concat_dims="member", coo_map={"member": re.compile(r"zz(\d)")})
+    twins = [_day(tmp_path / f"ens_r1_{k}.nc", 0) for k in "xy"]  # same member, same days
+    with pytest.raises(InvalidReferences, match=r"variable 'v': inputs '.*ens_r1_x\.nc' and '.*ens_r1_y\.nc' "
+                                                r"both hold chunk '0\.0\.0\.0'"):
+        combine(twins, concat_dims=["member", "time"], coo_map={"member": re.compile(r"ens_(r\d)")})
+    with pytest.raises(InvalidReferences, match="3 values for 2 inputs"):
+        combine([a, b], concat_dims="member", coo_map={"member": [1, 2, 3]})
+
+
+def test_append_is_combining_with_the_existing_set(tmp_path: Path) -> None:
+    files = _days(tmp_path, 4)
+    out = tmp_path / "all.json"
+    refset.save(combine(files[:2], concat_dims="time"), str(out))
+    rs = combine([str(out), *files[2:]], concat_dims="time")
+    xr.testing.assert_identical(refset.open_dataset(rs).load(), refset.open_dataset(
+        combine(files, concat_dims="time")).load())
+
+
+def test_peers_read_the_combined_set(tmp_path: Path) -> None:
+    """fsspec's ReferenceFileSystem + xarray's zarr engine read what combine wrote."""
+    fsspec = pytest.importorskip("fsspec")
+    files = _days(tmp_path, 3)
+    out = tmp_path / "c.json"
+    refset.save(combine(files, concat_dims="time", identical_dims=["lat", "lon"]), str(out))
+    fs = fsspec.filesystem("reference", fo=str(out))
+    peer = xr.open_dataset(fs.get_mapper(""), engine="zarr", consolidated=False, zarr_format=2).load()
+    want = _mf(files, concat_dim="time")
+    xr.testing.assert_identical(peer[["v", "w", "time"]].drop_attrs(), want[["v", "w", "time"]].drop_attrs())
+
+
+def test_dask_client_scans_the_inputs(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    files = _days(tmp_path, 3)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
+        rs = combine([str(f) for f in files], concat_dims="time", client=client)
+    assert rs.to_dict() == combine(files, concat_dims="time").to_dict()
