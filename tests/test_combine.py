@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -213,3 +215,52 @@ def test_dask_client_scans_the_inputs(tmp_path: Path) -> None:
                                   dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
         rs = combine([str(f) for f in files], concat_dims="time", client=client)
     assert rs.to_dict() == combine(files, concat_dims="time").to_dict()
+
+
+# -- the command line ----------------------------------------------------------------------------------
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "refset.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_scan_concat_dim_on_a_process_cluster_then_append(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    files = _days(tmp_path, 4)
+    out = tmp_path / "all.parq"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster:
+        r = _cli("scan", str(tmp_path / "day0[01].nc"), "--concat-dim", "time", "--identical-dims", "lat,lon",
+                 "-o", str(out), "--scheduler", cluster.scheduler_address)
+        assert r.returncode == 0, r.stderr
+        assert "2 inputs" in r.stderr and "references" in r.stderr
+        listing = tmp_path / "more.txt"
+        listing.write_text("\n".join(str(f) for f in files[2:]) + "\n")
+        r = _cli("scan", f"@{listing}", "--concat-dim", "time", "-o", str(out), "--append", "--quiet",
+                 "--scheduler", cluster.scheduler_address)
+        assert r.returncode == 0 and not r.stderr, r.stderr
+    got = refset.open_dataset(str(out)).load()
+    xr.testing.assert_identical(got, refset.open_dataset(combine(files, concat_dims="time")).load())
+
+
+def test_cli_combine_sets_with_coo_map_and_rename(tmp_path: Path) -> None:
+    files = [_day(tmp_path / f"ens_r{m}.nc", 0) for m in (2, 1)]
+    sets = []
+    for f in files:
+        sets.append(str(f.with_suffix(".json")))
+        refset.save(refset.scan(f), sets[-1])
+    out = tmp_path / "ens.json"
+    r = _cli("combine", *sets, "--concat-dim", "member", "--coo-map", r"member=re:ens_r(\d)",
+             "--coo-dtype", "member=i4", "--identical-dims", "time,lat,lon", "-o", str(out), "--workers", "0")
+    assert r.returncode == 0, r.stderr
+    got = refset.open_dataset(str(out)).load()
+    assert got.member.values.tolist() == [1, 2] and got.v.dims[0] == "member"
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for f in files:
+        f.rename(moved / f.name)
+    r = _cli("convert", str(out), str(tmp_path / "moved.json"), "--rename", f"{tmp_path}/={moved}/")
+    assert r.returncode == 0, r.stderr
+    xr.testing.assert_identical(refset.open_dataset(str(tmp_path / "moved.json")).load(), got)
+    r = _cli("combine", *sets, "--concat-dim", "member", "-o", str(tmp_path / "x.json"))
+    assert r.returncode != 0 and "coo_map" in r.stderr and not (tmp_path / "x.json").exists()

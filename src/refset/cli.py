@@ -171,11 +171,20 @@ def cmd_convert(a: argparse.Namespace) -> int:
     import refset
 
     rs = refset.load(a.input)
+    if a.rename:
+        rs = refset.rename_urls(rs, dict(_pair(r, "--rename") for r in a.rename))
     refset.save(rs, a.output, format=a.format, **_options(a.option))
     size = _size_on_disk(a.output)
     if size is not None:
         sys.stderr.write(f"wrote {a.output} ({size:,} bytes)\n")
     return EXIT_OK
+
+
+def _pair(item: str, flag: str) -> tuple[str, str]:
+    old, sep, new = item.partition("=")
+    if not sep or not old:
+        raise SystemExit(f"refset: {flag} {item!r}: expected OLD=NEW")
+    return old, new
 
 
 def _options(items: Sequence[str] | None) -> dict[str, Any]:
@@ -212,9 +221,103 @@ def _scan_output(src: str, out: str, many: bool, fmt: str | None) -> str:
     return os.path.join(out, name + suffix)
 
 
+def _inputs(items: Sequence[str]) -> list[str]:
+    """Inputs as given, with globs expanded (sorted) and ``@list.txt`` read one per line."""
+    import glob
+
+    out: list[str] = []
+    for item in items:
+        if item.startswith("@"):
+            with open(item[1:], encoding="utf-8") as f:
+                out.extend(line.strip() for line in f if line.strip() and not line.startswith("#"))
+        elif "://" not in item and glob.has_magic(item):
+            found = sorted(glob.glob(item))
+            if not found:
+                raise SystemExit(f"refset: {item}: no file matches")
+            out.extend(found)
+        else:
+            out.append(item)
+    return out
+
+
+def _coo_map(items: Sequence[str] | None) -> dict[str, Any]:
+    """``D=SELECTOR``: ``re:PATTERN`` is a regex on the input's name; other selectors as in Python."""
+    import re
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        dim, sep, sel = item.partition("=")
+        if not sep or not dim:
+            raise SystemExit(f"refset: --coo-map {item!r}: expected DIM=SELECTOR")
+        out[dim] = re.compile(sel[3:]) if sel.startswith("re:") else sel
+    return out
+
+
+# Inputs from which an embedded local cluster pays for its start-up (about two seconds).
+CLUSTER_INPUTS = 500
+
+
+def _client(a: argparse.Namespace, n_inputs: int) -> Any:
+    """The Dask client for ``--scheduler``/``--workers``, else None (work in this process)."""
+    if a.scheduler:
+        from distributed import Client
+
+        return Client(a.scheduler)
+    workers = a.workers if a.workers is not None else (os.cpu_count() or 1) if n_inputs >= CLUSTER_INPUTS else 0
+    if workers <= 0:
+        return None
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+    client = Client(cluster)
+    client.refset_cluster = cluster  # closed with the client below
+    return client
+
+
+def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, Any]) -> int:
+    import time
+
+    import refset
+
+    t0 = time.perf_counter()
+    if a.append and os.path.exists(a.output):
+        inputs = [a.output, *inputs]
+    client = _client(a, len(inputs))
+    try:
+        rs = refset.combine(inputs, concat_dims=a.concat_dim,
+                            identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
+                            coo_map=_coo_map(a.coo_map), coo_dtypes=dict(_options(a.coo_dtype)),
+                            storage_options=so, client=client)
+    finally:
+        if client is not None:
+            cluster = getattr(client, "refset_cluster", None)
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    refset.save(rs, a.output, format=a.format, **_options(a.option))
+    if not a.quiet:
+        n = sum(rs.table(p).count() for p in rs.grids)
+        size = _size_on_disk(a.output)
+        sys.stderr.write(f"wrote {a.output}: {len(inputs)} inputs, {len(rs.grids)} arrays, {n:,} references, "
+                         f"{size or 0:,} bytes in {time.perf_counter() - t0:.1f} s\n")
+    return EXIT_OK
+
+
+def cmd_combine(a: argparse.Namespace) -> int:
+    return _combine_and_save(a, _inputs(a.inputs), _json_arg(a.storage_options, "--storage-options"))
+
+
 def cmd_scan(a: argparse.Namespace) -> int:
     import refset
 
+    a.files = _inputs(a.files)
+    if a.concat_dim:
+        from .scan import INLINE_THRESHOLD
+
+        if a.group or a.drop_variables or a.subchunk or a.inline_threshold != INLINE_THRESHOLD:
+            raise SystemExit("refset scan --concat-dim: --group, --drop-variables, --subchunk and "
+                             "--inline-threshold apply to single-file scans (refset combine takes sets)")
+        return _combine_and_save(a, a.files, _json_arg(a.storage_options, "--storage-options"))
     many = len(a.files) > 1
     if many and "://" not in a.output and os.path.isfile(a.output):
         raise SystemExit(f"refset scan: -o {a.output}: several files need a directory (end it with /)")
@@ -272,7 +375,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "e.g. '{\"anon\": true}'")
     s.add_argument("-O", "--option", action="append", metavar="NAME=VALUE",
                    help="writer option, e.g. -O record_size=100000 (repeatable)")
+    _combine_options(s, required=False)
     s.set_defaults(func=cmd_scan)
+
+    s = sub.add_parser("combine", help="combine reference sets (or data files) along concat dims",
+                       description="Combine INPUTs (reference sets in any format, or NetCDF/HDF5 "
+                                   "files, scanned) along --concat-dim into one set written to OUT. "
+                                   "Inputs may be globs or @list.txt (one per line).")
+    s.add_argument("inputs", nargs="+", metavar="INPUT")
+    s.add_argument("-o", "--output", required=True, metavar="OUT", help="output set")
+    s.add_argument("--format", choices=list(FORMATS), help="output format (default: from OUT's suffix)")
+    s.add_argument("--storage-options", metavar="JSON", help="fsspec options for reading the inputs")
+    s.add_argument("-O", "--option", action="append", metavar="NAME=VALUE", help="writer option")
+    _combine_options(s, required=True)
+    s.set_defaults(func=cmd_combine)
 
     s = sub.add_parser("info", help="summarise a reference set",
                        description="Keys by kind, arrays with shape/chunk grid/fraction present, "
@@ -304,6 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="; ".join(f"{f.name} = {f.description}" for f in FORMATS.values()))
     s.add_argument("-o", "--option", action="append", metavar="NAME=VALUE",
                    help="writer option, e.g. -o record_size=100000 (repeatable)")
+    s.add_argument("--rename", action="append", metavar="OLD=NEW",
+                   help="URLs starting with OLD start with NEW instead (repeatable; after data moved)")
     s.set_defaults(func=cmd_convert)
 
     s = sub.add_parser("cat", help="write the bytes of one key to stdout",
@@ -314,6 +432,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--end", type=int, default=None, help="end byte, exclusive (default: the end)")
     s.set_defaults(func=cmd_cat)
     return p
+
+
+def _combine_options(s: argparse.ArgumentParser, required: bool) -> None:
+    s.add_argument("--concat-dim", action="append", required=required, metavar="DIM",
+                   help="combine along DIM (repeatable; a dim the inputs lack is new)"
+                   + ("" if required else ": the files become one set written to OUT"))
+    s.add_argument("--identical-dims", metavar="A,B", help="variables checked equal in every input")
+    s.add_argument("--coo-map", action="append", metavar="DIM=SELECTOR",
+                   help="where DIM's values come from: INDEX, attr:NAME, vattr:VAR:NAME, data:VAR, "
+                        "cf:VAR or re:PATTERN (on the input's name; group 1)")
+    s.add_argument("--coo-dtype", action="append", metavar="DIM=DTYPE", help="e.g. member=i4")
+    s.add_argument("--append", action="store_true", help="OUT, if it exists, is the first input")
+    s.add_argument("--scheduler", metavar="ADDR", help="run on this Dask scheduler (tcp://host:port)")
+    s.add_argument("--workers", type=int, metavar="N",
+                   help=f"processes of an embedded Dask cluster (default: one per core from "
+                        f"{CLUSTER_INPUTS} inputs, else none; 0: this process)")
+    s.add_argument("--quiet", action="store_true", help="no summary line")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
