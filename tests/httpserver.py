@@ -7,11 +7,13 @@ In a test::
         url = srv.url + "/file.nc"
         ...
         srv.requests  # GET/HEAD requests answered so far
+        srv.bytes  # body bytes sent so far
 
 From the command line (benchmarks run it in its own process)::
 
     python tests/httpserver.py DIR --delay 0.02 --port 0
-    # prints "http://127.0.0.1:PORT" on its first line; GET /__count__ answers the request count
+    # prints "http://127.0.0.1:PORT" on its first line; GET /__count__ answers the request count,
+    # GET /__bytes__ the body bytes sent
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ class _Handler(BaseHTTPRequestHandler):
         return full
 
     def _reply(self, body: bool) -> None:
-        if self.path == "/__count__":
-            data = str(self.server.count).encode()
+        if self.path in ("/__count__", "/__bytes__"):
+            data = str(self.server.count if self.path == "/__count__" else self.server.nbytes).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -95,6 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
             with open(path, "rb") as f:
                 f.seek(start)
                 self.wfile.write(f.read(end - start))
+            self.server.bump(0, end - start)
 
     def do_GET(self) -> None:
         self._reply(True)
@@ -112,11 +115,13 @@ class _Server(ThreadingHTTPServer):
         self.root = os.path.realpath(root)
         self.delay = delay
         self.count = 0
+        self.nbytes = 0
         self._lock = threading.Lock()
 
-    def bump(self) -> None:
+    def bump(self, requests: int = 1, nbytes: int = 0) -> None:
         with self._lock:
-            self.count += 1
+            self.count += requests
+            self.nbytes += nbytes
 
 
 class RangeServer:
@@ -135,8 +140,13 @@ class RangeServer:
     def requests(self) -> int:
         return self._srv.count
 
+    @property
+    def bytes(self) -> int:
+        return self._srv.nbytes
+
     def reset(self) -> None:
         self._srv.count = 0
+        self._srv.nbytes = 0
 
     @property
     def delay(self) -> float:
