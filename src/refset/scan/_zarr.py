@@ -193,7 +193,11 @@ class SetWriter:
         if self._small:
             offs = np.concatenate([s[2] for s in self._small])
             lens = np.concatenate([s[3] for s in self._small])
-            data = fs.cat_ranges([path] * len(offs), offs.tolist(), (offs + lens).tolist())
+            if fs.protocol in ("file", ("file", "local")):  # one open file, not one per range
+                with open(path, "rb") as fh:
+                    data = [_read_at(fh, o, n) for o, n in zip(offs.tolist(), lens.tolist())]
+            else:
+                data = fs.cat_ranges([path] * len(offs), offs.tolist(), (offs + lens).tolist())
             i = 0
             for apath, flat, _, ln in self._small:
                 inl = self.arrays[apath]["inline"]
@@ -207,3 +211,8 @@ class SetWriter:
                                       f"({len(d)} of {n} bytes)")
                     inl[f] = d
         return ReferenceSet.from_arrays(self.metadata, self.arrays, [self.url])
+
+
+def _read_at(fh: Any, offset: int, n: int) -> bytes:
+    fh.seek(offset)
+    return fh.read(n)
