@@ -145,7 +145,7 @@ class _Combiner:
         dims = list(attrs.get("_ARRAY_DIMENSIONS") or [])
         axes = {d: dims.index(d) for d in self.dim_names if d in dims}
         leaf = path.rsplit("/", 1)[-1]
-        gains = [c for c in self.new if leaf not in self.identical and not _is_dim_coordinate(leaf, dims)]
+        gains = [c for c in self.new if leaf not in self.identical and dims != [leaf]]  # not a dim coordinate
         if not axes and not gains:
             return self.copy(path, i0, have, meta)
         for i in have[1:]:
@@ -290,10 +290,6 @@ def _group_keys(rs: ReferenceSet) -> list[str]:
         if name in (".zgroup", ".zattrs") and head not in arrays:
             out.append(key)
     return out
-
-
-def _is_dim_coordinate(leaf: str, dims: list[str]) -> bool:
-    return dims == [leaf]
 
 
 def _same_nan(a: Any, b: Any) -> bool:

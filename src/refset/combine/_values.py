@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidReferences, Unsupported
+from ..errors import InvalidReferences, ReferenceNotReachable, Unsupported
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE
 
@@ -112,8 +112,6 @@ def _fetch(items: list[tuple[str, int, int]], storage_options: Mapping[str, Any]
                                 on_error="return")
             for i, b in zip(ranged, got):
                 if isinstance(b, BaseException):
-                    from ..errors import ReferenceNotReachable
-
                     raise ReferenceNotReachable.wrap("", items[i][0], b)
                 out[i] = b
         for i in idx:
