@@ -353,7 +353,8 @@ def test_fsspec_and_kerchunk_read_our_output(tmp_path: Path) -> None:
 
 def test_remote_scans_equal_the_local_scan(tmp_path: Path, s3) -> None:
     """Over HTTP (a real server on 127.0.0.1) and S3 (moto) the set equals the local one, with only
-    the URL changed, and the file is not read whole."""
+    the URL changed. A file smaller than ``head_bytes`` takes one GET and no HEAD; a bigger one is
+    not read whole."""
     import fsspec
 
     from .httpserver import RangeServer
@@ -363,8 +364,10 @@ def test_remote_scans_equal_the_local_scan(tmp_path: Path, s3) -> None:
         f.create_dataset("v", data=np.random.default_rng(1).random((400, 500)), chunks=(50, 100),
                          compression="gzip")
         f.create_dataset("small", data=np.arange(5))
+        f.create_dataset("late", data=np.arange(7.0), chunks=(2,))  # inline chunks past the head
     local = scan(p)
     size = p.stat().st_size
+    assert size > 1_000_000
 
     def same(remote: refset.ReferenceSet, url: str) -> None:
         assert remote.urls == (url,)
@@ -374,11 +377,14 @@ def test_remote_scans_equal_the_local_scan(tmp_path: Path, s3) -> None:
         url = f"{srv.url}/r.h5"
         srv.reset()
         same(scan(url), url)
-        assert srv.requests <= 6  # the metadata, not the 40 chunks
+        assert (srv.requests, srv.bytes) == (1, size)
+        srv.reset()
+        same(scan(url, head_bytes=64 * 1024), url)
+        assert srv.requests <= 8 and srv.bytes < size / 2  # the metadata, not the 40 chunks
     s3fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3)
     s3fs.put_file(str(p), "refs/scan/r.h5")
-    same(scan("s3://refs/scan/r.h5", storage_options=s3), "s3://refs/scan/r.h5")
-    assert size > 1_000_000
+    for head in (2**22, 2**16, 0):
+        same(scan("s3://refs/scan/r.h5", storage_options=s3, head_bytes=head), "s3://refs/scan/r.h5")
 
 
 def test_not_hdf5_or_netcdf(tmp_path: Path) -> None:

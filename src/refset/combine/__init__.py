@@ -93,12 +93,19 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
 
 
 def _is_data_file(url: str, so: Mapping[str, Any]) -> bool:
+    """NetCDF/HDF5 by magic bytes: the first 8 bytes decide, except for an HDF5 user block."""
     import fsspec
 
-    from ..scan import detect_format
+    from ..formats.registry import GZIP_MAGIC, PACKED_MAGIC, ZSTD_MAGIC
+    from ..scan import HDF5_MAGIC, detect_format
 
     fs, path = fsspec.core.url_to_fs(url, **so)
     if fs.isdir(path):
+        return False
+    head = fs.cat_file(path, start=0, end=8)
+    if head == HDF5_MAGIC or head[:3] == b"CDF":
+        return True
+    if head.lstrip()[:1] in (b"{", b"") or head.startswith((GZIP_MAGIC, ZSTD_MAGIC, PACKED_MAGIC)):
         return False
     with fs.open(path, "rb") as f:
         try:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import Unsupported
 from ..model import ReferenceSet
+from ._file import HEAD_BYTES, ScanFile, is_local
 
 __all__ = ["scan", "INLINE_THRESHOLD", "detect_format"]
 
@@ -45,7 +46,7 @@ def detect_format(f: Any, size: int) -> tuple[str, int]:
 
 def _url(url: str, fs: Any) -> str:
     """The URL the references name: local paths made absolute, remote URLs as given."""
-    if ("://" not in url and fs.protocol in ("file", ("file", "local"))) or url.startswith("file://"):
+    if ("://" not in url and is_local(fs)) or url.startswith("file://"):
         return os.path.abspath(url.removeprefix("file://"))
     return url
 
@@ -58,6 +59,7 @@ def scan(
     group: str | None = None,
     drop_variables: Iterable[str] | str = (),
     subchunk: int | None = None,
+    head_bytes: int = HEAD_BYTES,
     **options: Any,
 ) -> ReferenceSet:
     """Reference every variable of a NetCDF4/HDF5 or NetCDF3 file as zarr v2 (as kerchunk writes it).
@@ -65,7 +67,8 @@ def scan(
     ``inline_threshold``: chunks (and whole small variables) below this many bytes are stored in the
     set. ``group``: scan only this HDF5 group (it becomes the root). ``drop_variables``: names or
     paths left out. ``subchunk``: split uncompressed chunks bigger than this many bytes along their
-    first axis so that parallel reads work. ``options`` go to the format scanner (HDF5:
+    first axis so that parallel reads work. ``head_bytes``: a remote file is read with one GET of
+    its first bytes (the whole file when smaller), then in blocks. ``options`` go to the format scanner (HDF5:
     ``max_inline`` bytes of data read through h5py and stored for filters no codec decodes exactly).
     A variable that cannot be referenced exactly raises :class:`~refset.errors.Unsupported` naming it.
     """
@@ -83,9 +86,9 @@ def scan(
                          f"format options are {', '.join(sorted(_OPTIONS))}")
     if subchunk is not None and subchunk <= 0:
         raise ValueError(f"subchunk: must be a positive number of bytes, got {subchunk}")
-    size = fs.size(path)
-    with fs.open(path, "rb", **_open_options(fs)) as f:
-        kind, _ = detect_format(f, size)
+    with ScanFile(fs, path, head_bytes) as sf:
+        f = sf.file
+        kind, _ = detect_format(f, sf.size)
         f.seek(0)
         if kind == "hdf5":
             from .hdf5 import scan_hdf5
@@ -97,13 +100,7 @@ def scan(
                 raise Unsupported(f"group={group!r}: NetCDF3 files have no groups")
             from .netcdf3 import scan_netcdf3
 
-            writer = scan_netcdf3(f, _url(url, fs), size, inline_threshold=inline_threshold,
+            writer = scan_netcdf3(f, _url(url, fs), sf.size, inline_threshold=inline_threshold,
                                   drop=drop, subchunk=subchunk, **options)
-    return writer.build(fs, path)
+        return writer.build(sf.read_ranges)
 
-
-def _open_options(fs: Any) -> dict[str, Any]:
-    """Local files unbuffered by fsspec; remote ones through a block cache sized for HDF5 metadata."""
-    if fs.protocol in ("file", ("file", "local")):
-        return {}
-    return {"cache_type": "blockcache", "block_size": 256 * 1024}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -188,31 +188,12 @@ class SetWriter:
         self.arrays[path] = {"path_id": pid, "offset": np.where(pid >= 0, offset, 0),
                              "length": np.where(pid >= 0, length, 0), "inline": inl}
 
-    def build(self, fs: Any, path: str) -> ReferenceSet:
-        """Read the small chunks (one batched request round) and build the set."""
+    def build(self, read_ranges: Callable[[list[int], list[int]], list[bytes]]) -> ReferenceSet:
+        """Read the small chunks (``read_ranges(offsets, lengths)``, one batch) and build the set."""
         if self._small:
             offs = np.concatenate([s[2] for s in self._small])
             lens = np.concatenate([s[3] for s in self._small])
-            if fs.protocol in ("file", ("file", "local")):  # one open file, not one per range
-                with open(path, "rb") as fh:
-                    data = [_read_at(fh, o, n) for o, n in zip(offs.tolist(), lens.tolist())]
-            else:
-                data = fs.cat_ranges([path] * len(offs), offs.tolist(), (offs + lens).tolist())
-            i = 0
-            for apath, flat, _, ln in self._small:
-                inl = self.arrays[apath]["inline"]
-                for f, n in zip(flat.tolist(), ln.tolist()):
-                    d = data[i]
-                    i += 1
-                    if isinstance(d, BaseException):
-                        raise d
-                    if len(d) != n:
-                        raise OSError(f"{self.url}: short read of chunk {f} of {apath!r} "
-                                      f"({len(d)} of {n} bytes)")
-                    inl[f] = d
+            data = iter(read_ranges(offs.tolist(), lens.tolist()))
+            for apath, flat, _, _ in self._small:
+                self.arrays[apath]["inline"].update(zip(flat.tolist(), data))
         return ReferenceSet.from_arrays(self.metadata, self.arrays, [self.url])
-
-
-def _read_at(fh: Any, offset: int, n: int) -> bytes:
-    fh.seek(offset)
-    return fh.read(n)
