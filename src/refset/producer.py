@@ -41,12 +41,12 @@ def _at(path: str, field: str, grid: ChunkGrid, flat: int) -> str:
 
 def _column(path: str, name: str, value: Any, grid: ChunkGrid) -> np.ndarray:
     a = np.asarray(value)
-    where = f"arrays[{json.dumps(path)}][{json.dumps(name)}]"
     if a.dtype.kind not in "iu":
-        raise InvalidReferences(f"{where}: must be an integer array, got dtype {a.dtype}")
+        raise InvalidReferences(f"arrays[{json.dumps(path)}][{json.dumps(name)}]: must be an integer "
+                                f"array, got dtype {a.dtype}")
     if a.shape != grid.grid_shape:
-        raise InvalidReferences(f"{where}: shape {a.shape} does not match the chunk grid "
-                                f"{grid.grid_shape} of array {path!r}")
+        raise InvalidReferences(f"arrays[{json.dumps(path)}][{json.dumps(name)}]: shape {a.shape} does "
+                                f"not match the chunk grid {grid.grid_shape} of array {path!r}")
     return a.reshape(-1)
 
 
@@ -95,18 +95,22 @@ def _table(path: str, spec: Mapping[str, Any], grid: ChunkGrid, nurls: int) -> C
     if not isinstance(given, Mapping):
         raise InvalidReferences(f"arrays[{json.dumps(path)}][\"inline\"]: must be a mapping of chunk index "
                                 f"to bytes, got {type(given).__name__}")
+    nchunks = grid.nchunks
     for idx, data in given.items():
-        where = f"arrays[{json.dumps(path)}][\"inline\"][{idx!r}]"
         try:
             flat = (int(np.ravel_multi_index(tuple(idx), grid.grid_shape)) if isinstance(idx, tuple)
                     else int(idx))
         except (ValueError, TypeError):
-            raise InvalidReferences(f"{where}: not a chunk index of the grid {grid.grid_shape}") from None
-        if not 0 <= flat < grid.nchunks:
-            raise InvalidReferences(f"{where}: not a chunk index of the grid {grid.grid_shape}")
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise InvalidReferences(f"{where}: inline data must be bytes, got {type(data).__name__}")
-        inline[flat] = bytes(data)
+            flat = -1
+        if not 0 <= flat < nchunks:
+            raise InvalidReferences(f"arrays[{json.dumps(path)}][\"inline\"][{idx!r}]: not a chunk "
+                                    f"index of the grid {grid.grid_shape}")
+        if not isinstance(data, bytes):
+            if not isinstance(data, bytearray | memoryview):
+                raise InvalidReferences(f"arrays[{json.dumps(path)}][\"inline\"][{idx!r}]: inline data "
+                                        f"must be bytes, got {type(data).__name__}")
+            data = bytes(data)
+        inline[flat] = data
     if inline:
         kind[np.fromiter(inline, np.int64, len(inline))] = INLINE
     n = int(np.count_nonzero(kind))
