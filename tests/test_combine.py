@@ -169,6 +169,11 @@ def test_refusals_name_the_variable_and_the_input(tmp_path: Path) -> None:
     c = _day(tmp_path / "c.nc", 2, vchunk=2)
     with pytest.raises(Unsupported, match=r"variable 'v': chunks \[2, 3, 4\] in input '.*c\.nc' differs"):
         combine([a, c], concat_dims="time")
+    three = _day(tmp_path / "three.nc", 0, steps=3, vchunk=2)  # chunks [0, 1] [2]: the short one is
+    two = _day(tmp_path / "two.nc", 3, vchunk=2)  # not at the end of the combined time
+    with pytest.raises(Unsupported, match=r"variable 'v': input '.*three\.nc' has 3 steps along 'time' in "
+                                          r"chunks of 2; its step 2 is step 2 of the combined 5"):
+        combine([three, two], concat_dims="time")
     d = _day(tmp_path / "d.nc", 1)  # overlaps a's second day
     with pytest.raises(InvalidReferences, match=r"concat dim 'time': inputs '.*a\.nc' and '.*d\.nc' both"):
         combine([a, d], concat_dims="time")
@@ -208,13 +213,33 @@ def test_peers_read_the_combined_set(tmp_path: Path) -> None:
     xr.testing.assert_identical(peer[["v", "w", "time"]].drop_attrs(), want[["v", "w", "time"]].drop_attrs())
 
 
-def test_dask_client_scans_the_inputs(tmp_path: Path) -> None:
+def test_dask_tree_reduction_equals_the_in_process_combine(tmp_path: Path) -> None:
+    """On a process cluster the inputs are opened on the workers and combined as a tree of batches
+    (batch_size=2: three levels for 7 inputs): shuffled inputs in days and hours, a new dim from a
+    regex, INDEX and a callable give the same set as the in-process combine."""
     distributed = pytest.importorskip("distributed")
-    files = _days(tmp_path, 3)
+    files = [_day(tmp_path / f"d{i}.nc", 2 * i, units="hours since 2000-01-01" if i % 2 else
+                  "days since 2000-01-01") for i in range(7)]
+    shuffled = [str(files[i]) for i in (3, 0, 6, 1, 5, 2, 4)]
+    members = [_day(tmp_path / f"{m}_{i}.nc", 2 * i, member=m) for m in "ab" for i in range(3)]
+    pattern = re.compile(r"/(\w)_\d+\.nc$")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
-        rs = combine([str(f) for f in files], concat_dims="time", client=client)
-    assert rs.to_dict() == combine(files, concat_dims="time").to_dict()
+        def both(inputs, **kw):
+            return (combine(inputs, client=client, batch_size=2, **kw).to_dict(),
+                    combine(inputs, **kw).to_dict())
+
+        on, here = both(shuffled, concat_dims="time", identical_dims=["lat", "lon"])
+        assert on == here
+        assert json.loads(on["time/.zattrs"])["units"] == "hours since 2000-01-01"  # the first input's
+        on, here = both([str(m) for m in members[::-1]], concat_dims=["member", "time"],
+                        coo_map={"member": pattern}, identical_dims=["lat", "lon"])
+        assert on == here and json.loads(on["v/.zarray"])["shape"] == [2, 6, 3, 4]
+        on, here = both(shuffled[:4], concat_dims=["run", "time"], coo_map={"run": "INDEX"})
+        assert on == here
+        on, here = both(shuffled[:4], concat_dims=["run", "time"],
+                        coo_map={"run": lambda i, rs, name: 10 * i})
+        assert on == here and json.loads(on["v/.zarray"])["shape"][0] == 4
 
 
 # -- the command line ----------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ def combine(
     check: bool = True,
     storage_options: Mapping[str, Any] | None = None,
     client: Any = None,
+    batch_size: int = 64,
 ) -> ReferenceSet:
     """One set from ``inputs`` (sets, dicts, reference files in any format, or NetCDF/HDF5 files,
     which are scanned) concatenated along ``concat_dims``, in the order of their coordinates.
@@ -49,8 +50,9 @@ def combine(
     ``fn(index, set, name)``. Default: the values of the variable named like the dim, CF-aware (times
     in other units are re-encoded in the first input's). A dim no input has is new: data variables
     gain it as their first dim. ``identical_dims``: variables taken from the first input, checked
-    equal in every input unless ``check=False``. ``client``: a ``distributed.Client`` that opens and
-    scans the inputs in parallel.
+    equal in every input unless ``check=False``. ``client``: a ``distributed.Client`` on whose
+    workers the inputs are opened (scanned) and combined as a tree of ``batch_size`` sets per task
+    (see ``_dask``).
     """
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
@@ -60,10 +62,13 @@ def combine(
         raise InvalidReferences("combine: no inputs")
     so = dict(storage_options or {})
     if client is not None:
-        opened = client.gather(client.map(open_input, items, range(len(items)), storage_options=so,
-                                          pure=False))
-    else:
-        opened = [open_input(x, i, storage_options=so) for i, x in enumerate(items)]
+        from ._dask import combine_on_cluster
+
+        out = combine_on_cluster(client, items, dims=dims, identical=list(identical_dims),
+                                 coo_map=dict(coo_map or {}), coo_dtypes=dict(coo_dtypes or {}),
+                                 preprocess=preprocess, check=check, so=so, batch=batch_size)
+        return postprocess(out) if postprocess is not None else out
+    opened = [open_input(x, i, storage_options=so) for i, x in enumerate(items)]
     sets = [rs for rs, _ in opened]
     names = [n for _, n in opened]
     if preprocess is not None:
@@ -165,15 +170,16 @@ class _Combiner:
         parts, inline = [], {}
         for i in have:
             table = self.sets[i].table(path)
-            shift = [int(np.searchsorted(c.values, c.per_input[i][0])) for c in gains]
-            shift += [self.offset(path, i, d, a, table.grid) if d in axes else 0 for a, d in enumerate(dims)]
+            maps: list[np.ndarray | None] = [np.searchsorted(c.values, c.per_input[i][:1]) for c in gains]
+            maps += [self.chunk_map(path, i, d, a, table.grid) if d in axes else None
+                     for a, d in enumerate(dims)]
             f, k, p, o, n = table.entries()
-            dst = _place(f, table.grid.grid_shape, grid.grid_shape, shift)
+            dst = _place(f, table.grid.grid_shape, grid.grid_shape, maps)
             pid = np.where((k == RANGE) | (k == WHOLE), self.remaps[i][np.asarray(p, np.int64)], 0)
             parts.append((dst, k, pid, o.astype(np.uint64), n.astype(np.uint64)))
             if table.inline:
                 src = np.fromiter(table.inline, np.int64, len(table.inline))
-                moved = _place(src, table.grid.grid_shape, grid.grid_shape, shift)
+                moved = _place(src, table.grid.grid_shape, grid.grid_shape, maps)
                 for k, v in zip(moved.tolist(), table.inline.values(), strict=True):
                     inline.setdefault(k, v)  # the first input holding a chunk gives it (see overlaps)
         cols = [np.concatenate([p[j] for p in parts]) for j in range(5)]
@@ -207,8 +213,9 @@ class _Combiner:
     def coord(self, dim: str) -> Coordinate:
         return next(c for c in self.coords if c.dim == dim)
 
-    def offset(self, path: str, i: int, dim: str, axis: int, grid: ChunkGrid) -> int:
-        """Input ``i``'s first chunk index along ``axis`` in the combined grid."""
+    def chunk_map(self, path: str, i: int, dim: str, axis: int, grid: ChunkGrid) -> np.ndarray:
+        """Where input ``i``'s chunks along ``axis`` go in the combined grid: each chunk's values
+        must fill one combined chunk (a short last chunk: the end of the combined coordinate)."""
         c = self.coord(dim)
         vals = c.per_input[i]
         n, chunk = grid.shape[axis], grid.chunks[axis]
@@ -216,16 +223,19 @@ class _Combiner:
             raise InvalidReferences(f"variable {path!r} of input {self.names[i]!r}: {n} steps along "
                                     f"{dim!r} but {vals.size} coordinate values")
         pos = np.searchsorted(c.values, vals)
-        if n > 1 and not np.array_equal(pos, pos[0] + np.arange(n)):
+        if n > 1 and not (np.diff(pos) > 0).all():
             raise InvalidReferences(f"concat dim {dim!r}: the values of input {self.names[i]!r} are not "
-                                    "increasing and contiguous in the combined coordinate")
-        p0 = int(pos[0]) if n else 0
-        if p0 % chunk or (n % chunk and p0 + n != len(c.values)):
+                                    "increasing")
+        starts = pos[::chunk]
+        want = np.repeat(starts, chunk)[:n] + np.tile(np.arange(chunk), len(starts))[:n]
+        short = n % chunk and starts[-1] + n % chunk != len(c.values)
+        if not np.array_equal(pos, want) or (starts % chunk).any() or short:
+            bad = int(np.argmax((pos != want) | np.repeat(starts % chunk != 0, chunk)[:n])) if not short else n - 1
             raise Unsupported(
                 f"variable {path!r}: input {self.names[i]!r} has {n} steps along {dim!r} in chunks of "
-                f"{chunk}, and starts at step {p0} of the combined {len(c.values)}: its chunks do not "
-                f"fall on the combined chunk grid")
-        return p0 // chunk
+                f"{chunk}; its step {bad} is step {int(pos[bad])} of the combined {len(c.values)}: its "
+                "chunks do not fall on the combined chunk grid")
+        return starts // chunk
 
     def same_layout(self, path: str, i0: int, i: int, meta: Mapping[str, Any], axes: Mapping[str, int]) -> None:
         other = zarray(self.sets[i], path)
@@ -303,15 +313,14 @@ def _same_nan(a: Any, b: Any) -> bool:
     return a == b or (a == "NaN" and b == "NaN")
 
 
-def _place(flat: np.ndarray, src: tuple[int, ...], dst: tuple[int, ...], shift: list[int]) -> np.ndarray:
-    """Flat indices of grid ``src`` (its axes the last of ``dst``) moved into grid ``dst``, shifted
-    by ``shift`` chunks along each axis of ``dst``."""
+def _place(flat: np.ndarray, src: tuple[int, ...], dst: tuple[int, ...],
+           maps: Sequence[np.ndarray | None]) -> np.ndarray:
+    """Flat indices of grid ``src`` (its axes the last of ``dst``) moved into grid ``dst``: along
+    each axis of ``dst``, chunk ``j`` goes to ``maps[axis][j]`` (``None``: stays ``j``)."""
     flat = np.asarray(flat, np.int64)
     if not flat.size:
         return flat
     lead = len(dst) - len(src)
-    idx = ([np.zeros_like(flat)] * lead) + list(np.unravel_index(flat, src)) if src else (
-        [np.zeros_like(flat)] * lead)
-    idx = [ix + s for ix, s in zip(idx, shift, strict=True)]
+    idx = [np.zeros_like(flat)] * lead + (list(np.unravel_index(flat, src)) if src else [])
+    idx = [ix if m is None else np.asarray(m, np.int64)[ix] for ix, m in zip(idx, maps, strict=True)]
     return np.ravel_multi_index(tuple(idx), dst).astype(np.int64)
-

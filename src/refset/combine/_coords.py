@@ -19,7 +19,7 @@ from ..errors import InvalidReferences, Unsupported
 from ..model import ReferenceSet
 from ._values import read_arrays, zattrs
 
-__all__ = ["Coordinate", "coordinates"]
+__all__ = ["Coordinate", "coordinates", "reencode", "is_cf_time"]
 
 _CALENDARS = {"gregorian": "standard", "365_day": "noleap", "366_day": "all_leap"}
 
@@ -42,7 +42,10 @@ def coordinates(
     coo_map: Mapping[str, Any],
     coo_dtypes: Mapping[str, Any],
     storage_options: Mapping[str, Any] | None,
+    target: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Coordinate]:
+    """Each dim's combined coordinate. ``target[dim]``: the attributes (CF ``units``/``calendar``)
+    times are encoded in, instead of the first input's (a combine done in parts)."""
     out = []
     for dim in dims:
         sel = coo_map.get(dim)
@@ -56,7 +59,8 @@ def coordinates(
             sel = f"data:{dim}"
         if isinstance(sel, str) and sel.split(":", 1)[0] in ("data", "cf"):
             kind, var = sel.split(":", 1)
-            per, attrs = _data(sets, names, dim, var, cf=kind == "cf" or None, so=storage_options)
+            per, attrs = _data(sets, names, dim, var, cf=kind == "cf" or None, so=storage_options,
+                               target=(target or {}).get(dim))
         else:
             _check_lengths(sel, len(sets), dim)
             per = [np.atleast_1d(np.asarray(_one(sel, i, rs, names[i], dim))) for i, rs in enumerate(sets)]
@@ -131,33 +135,52 @@ def _check_lengths(sel: Any, n: int, dim: str) -> None:
 
 
 def _data(sets: Sequence[ReferenceSet], names: Sequence[str], dim: str, var: str, cf: bool | None,
-          so: Mapping[str, Any] | None) -> tuple[list[np.ndarray], dict[str, Any]]:
-    """Each input's values of ``var``, in one common encoding when they are CF times."""
+          so: Mapping[str, Any] | None, target: Mapping[str, Any] | None = None,
+          ) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Each input's values of ``var``, in one common encoding when they are CF times: the first
+    input's, or ``target``'s."""
     for rs, name in zip(sets, names):
         if f"{var}/.zarray" not in rs:
             raise InvalidReferences(f"concat dim {dim!r}: input {name!r} has no variable {var!r}")
     raw = read_arrays([(rs, var) for rs in sets], so)
     raw = [np.asarray(r).reshape(-1) for r in raw]
     attrs = [zattrs(rs, var) for rs in sets]
-    first = attrs[0]
-    units = [a.get("units") for a in attrs]
-    is_time = isinstance(units[0], str) and " since " in units[0]
+    first = dict(target) if target is not None else attrs[0]
+    keep = {k: v for k, v in first.items() if k != "_ARRAY_DIMENSIONS"}
+    is_time = is_cf_time(first)
     if cf is None:
         cf = is_time
     if not cf:
-        return raw, {k: v for k, v in first.items() if k != "_ARRAY_DIMENSIONS"}
+        return raw, keep
     if not is_time:
         raise Unsupported(f"coo_map[{dim!r}]='cf:{var}': input {names[0]!r}: {var!r} has no CF time "
-                          f"units (units={units[0]!r})")
-    cal = [_CALENDARS.get(a.get("calendar", "standard"), a.get("calendar", "standard")) for a in attrs]
-    keep = {k: v for k, v in first.items() if k != "_ARRAY_DIMENSIONS"}
-    if all(u == units[0] for u in units) and all(c == cal[0] for c in cal):
-        return raw, keep
+                          f"units (units={first.get('units')!r})")
+    return reencode(raw, attrs, first, names, dim, var), keep
+
+
+def is_cf_time(attrs: Mapping[str, Any]) -> bool:
+    u = attrs.get("units")
+    return isinstance(u, str) and " since " in u
+
+
+def calendar(attrs: Mapping[str, Any]) -> str:
+    c = attrs.get("calendar", "standard")
+    return _CALENDARS.get(c, c)
+
+
+def reencode(raw: Sequence[np.ndarray], attrs: Sequence[Mapping[str, Any]], first: Mapping[str, Any],
+             names: Sequence[str], dim: str, var: str) -> list[np.ndarray]:
+    """CF times of each input (``raw[i]`` in ``attrs[i]``'s units) in ``first``'s units; different
+    calendars are refused."""
+    units = [a.get("units") for a in attrs]
+    cal = [calendar(a) for a in attrs]
+    units0, cal0 = first.get("units"), calendar(first)
+    if all(u == units0 for u in units) and all(c == cal0 for c in cal):
+        return list(raw)
     for c, name in zip(cal, names):
-        if c != cal[0]:
-            raise Unsupported(f"concat dim {dim!r}: input {name!r} uses calendar {c!r}, input "
-                              f"{names[0]!r} {cal[0]!r}: dates of different calendars cannot share "
-                              "one time axis")
+        if c != cal0:
+            raise Unsupported(f"concat dim {dim!r}: input {name!r} uses calendar {c!r}, the first "
+                              f"input {cal0!r}: dates of different calendars cannot share one time axis")
     import cftime
 
     out = []
@@ -165,11 +188,9 @@ def _data(sets: Sequence[ReferenceSet], names: Sequence[str], dim: str, var: str
         if not isinstance(u, str) or " since " not in u:
             raise Unsupported(f"concat dim {dim!r}: input {name!r}: {var!r} has units {u!r}, not CF "
                               "time units like the first input's")
-        dates = cftime.num2date(r, u, cal[0])
-        out.append(np.asarray(cftime.date2num(dates, units[0], cal[0])).reshape(-1))
+        dates = cftime.num2date(r, u, cal0)
+        out.append(np.asarray(cftime.date2num(dates, units0, cal0)).reshape(-1))
     dtype = raw[0].dtype
     if dtype.kind in "iu" and all(np.array_equal(o, np.round(o)) for o in out):
-        out = [o.astype(dtype) for o in out]
-    else:
-        out = [o.astype(np.float64) for o in out]
-    return out, keep
+        return [o.astype(dtype) for o in out]
+    return [o.astype(np.float64) for o in out]

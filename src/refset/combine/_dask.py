@@ -1,0 +1,137 @@
+"""``combine`` on a Dask cluster: a tree reduction of small columnar sets.
+
+1. Each input is opened (or scanned) on a worker, where its set stays; only its coordinate values
+   come back to the client (a few numbers per input).
+2. The client orders the inputs by coordinate (CF times compared in the first input's units) and
+   cuts the order into batches of contiguous coordinates (with several concat dims, a batch varies
+   only along the last).
+3. Each batch is combined on a worker into an intermediate set (its sets in input order, so "the
+   first input" means what it means in one process), whose inputs are then released;
+   intermediates are combined the same way, ``batch`` at a time, until one set is left, which comes
+   back to the client. No process ever holds every input set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..model import ReferenceSet
+from ._coords import coordinates, is_cf_time, reencode
+
+__all__ = ["combine_on_cluster", "BATCH"]
+
+#: Inputs (or intermediate sets) combined by one task.
+BATCH = 64
+
+
+@dataclass(frozen=True)
+class _AtIndex:
+    """A ``coo_map`` callable called with the input's index in the whole combine, not the batch's."""
+
+    fn: Callable[[int, ReferenceSet, str], Any]
+    index: int
+
+    def __call__(self, _: int, rs: ReferenceSet, name: str) -> Any:
+        return self.fn(self.index, rs, name)
+
+
+def _one_input(sel: Any, i: int) -> Any:
+    """Selector ``sel`` for input ``i`` alone: list values and ``INDEX`` become that input's value."""
+    if isinstance(sel, str):
+        return [i] if sel == "INDEX" else sel
+    if callable(sel) and not hasattr(sel, "search"):
+        return _AtIndex(sel, i)
+    if isinstance(sel, Sequence | np.ndarray) and not isinstance(sel, str):
+        return [sel[i]]
+    return sel  # a compiled regex, or something coordinates() names as not a selector
+
+
+def _open(x: Any, i: int, so: Mapping[str, Any], preprocess: Callable[..., ReferenceSet] | None,
+          ) -> tuple[ReferenceSet, str]:
+    from . import open_input
+
+    rs, name = open_input(x, i, storage_options=so)
+    return (preprocess(rs) if preprocess is not None else rs), name
+
+
+def _coords_of(opened: tuple[ReferenceSet, str], dims: Sequence[str], coo_map: Mapping[str, Any],
+               coo_dtypes: Mapping[str, Any], so: Mapping[str, Any]) -> list[tuple[np.ndarray, dict[str, Any]]]:
+    rs, name = opened
+    return [(c.per_input[0], c.attrs) for c in coordinates([rs], [name], dims, coo_map, coo_dtypes, so)]
+
+
+def _combine_batch(parts: Sequence[tuple[ReferenceSet, str]], dims: Sequence[str], identical: Sequence[str],
+                   coo_map: Mapping[str, Any], coo_dtypes: Mapping[str, Any],
+                   target: Mapping[str, Mapping[str, Any]], check: bool, so: Mapping[str, Any],
+                   name: str) -> tuple[ReferenceSet, str]:
+    from . import _Combiner
+
+    sets = [p[0] for p in parts]
+    names = [p[1] for p in parts]
+    coords = coordinates(sets, names, dims, coo_map, coo_dtypes, so, target=target)
+    return _Combiner(sets, names, coords, set(identical), check, so).build(), name
+
+
+def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str], identical: Sequence[str],
+                       coo_map: Mapping[str, Any], coo_dtypes: Mapping[str, Any],
+                       preprocess: Callable[..., ReferenceSet] | None, check: bool,
+                       so: Mapping[str, Any], batch: int = BATCH) -> ReferenceSet:
+    if batch < 2:
+        raise ValueError(f"batch_size: must be at least 2, got {batch}")
+    n = len(items)
+    opened = client.map(_open, list(items), list(range(n)), so=so, preprocess=preprocess, pure=False)
+    maps = [{d: _one_input(s, i) for d, s in coo_map.items()} for i in range(n)]
+    info = client.gather([client.submit(_coords_of, f, dims, m, coo_dtypes, so, pure=False)
+                          for f, m in zip(opened, maps)])
+    target = {d: info[0][k][1] for k, d in enumerate(dims) if is_cf_time(info[0][k][1])}
+    keys = []
+    for k, d in enumerate(dims):
+        vals = [v[k][0] for v in info]
+        if d in target:
+            vals = reencode(vals, [v[k][1] for v in info], target[d], [str(i) for i in range(n)], d, d)
+        keys.append(np.array([v[0] if v.size else 0 for v in vals]))
+    order = np.lexsort(keys[::-1]).tolist()
+    # Batches are cut in coordinate order, never across a value of the dims before the one being
+    # reduced; within a batch the sets go in input order, so that whatever "the first input" gives
+    # (group attributes, variables off the concat dims) is what the in-process combine takes.
+    lead = len(dims) - 1
+    level: list[tuple[int, tuple[Any, ...], Any]] = []  # (first input, leading values, future)
+    for run in _runs(order, [tuple(k[i] for k in keys[:lead]) for i in range(n)], batch):
+        run = sorted(run)
+        sel = {d: coo_map[d] if _is_data(coo_map.get(d)) else [info[i][k][0] for i in run]
+               for k, d in enumerate(dims) if d in coo_map}
+        level.append((run[0], tuple(k[run[0]] for k in keys[:lead]), client.submit(
+            _combine_batch, [opened[i] for i in run], dims, identical, sel, coo_dtypes, target, check,
+            so, f"inputs {run[0]}..{run[-1]}", pure=False)))
+    del opened  # each input set is released once its batch is combined
+    for axis in range(lead, -1, -1):  # the last dim first, then the one before it...
+        while len({e[1][:axis] for e in level}) < len(level):
+            nxt = []
+            for run in _runs(list(range(len(level))), [e[1][:axis] for e in level], batch):
+                parts = sorted((level[j] for j in run), key=lambda e: e[0])
+                nxt.append((parts[0][0], level[run[0]][1], client.submit(
+                    _combine_batch, [e[2] for e in parts], dims, identical, {}, coo_dtypes, target,
+                    check, so, f"part of inputs {parts[0][0]}...", pure=False)))
+            level = nxt
+    return client.gather(level[0][2])[0]
+
+
+def _is_data(sel: Any) -> bool:
+    return sel is None or (isinstance(sel, str) and sel.split(":", 1)[0] in ("data", "cf"))
+
+
+def _runs(order: list[int], group: Sequence[Any], batch: int) -> list[list[int]]:
+    """``order`` cut into batches of at most ``batch`` whose members share ``group[i]``."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        if cur and (len(cur) == batch or group[i] != group[cur[0]]):
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    out.append(cur)
+    return out
