@@ -65,25 +65,31 @@ def fill_of(meta: Mapping[str, Any], dtype: np.dtype) -> Any:
 def read_arrays(requests: Sequence[tuple[ReferenceSet, str]],
                 storage_options: Mapping[str, Any] | None = None) -> list[np.ndarray]:
     """The whole values of ``path`` in each ``(set, path)``; the chunks in files are fetched with one
-    ``cat_ranges`` call per filesystem for all requests together."""
+    ``cat_ranges`` call per filesystem for all requests together, each distinct range once, and
+    requests with the same metadata and references decoded once."""
     plans = []
-    fetch: list[tuple[str, int, int]] = []  # url, start, end (end -1: whole file)
+    fetch: dict[tuple[str, int, int], int] = {}  # (url, start, end (-1: whole file)) -> its index
     for rs, path in requests:
         meta = zarray(rs, path)
         dtype = np.dtype(_dtype(meta["dtype"], path))
         table = rs.table(path)
         flat, kind, pid, off, ln = table.entries()
-        chunks = []
+        chunks: list[tuple[int, Any]] = []
         for f, k, p, o, n in zip(flat.tolist(), kind.tolist(), pid.tolist(), off.tolist(), ln.tolist()):
             if k == INLINE:
                 chunks.append((f, table.inline[f]))
             elif k in (RANGE, WHOLE):
-                chunks.append((f, len(fetch)))
-                fetch.append((rs.urls[p], o, o + n if k == RANGE else -1))
-        plans.append((meta, dtype, table.grid, chunks, path))
-    data = _fetch(fetch, storage_options or {})
-    return [_assemble(meta, dtype, grid, [(f, data[c] if isinstance(c, int) else c) for f, c in chunks], path)
-            for meta, dtype, grid, chunks, path in plans]
+                chunks.append((f, fetch.setdefault((rs.urls[p], o, o + n if k == RANGE else -1), len(fetch))))
+        plans.append((meta, dtype, table.grid, chunks, path, (rs[f"{path}/.zarray"], tuple(chunks))))
+    data = _fetch(list(fetch), storage_options or {})
+    done: dict[Any, np.ndarray] = {}
+    out = []
+    for meta, dtype, grid, chunks, path, same in plans:
+        if same not in done:
+            done[same] = _assemble(meta, dtype, grid,
+                                   [(f, data[c] if isinstance(c, int) else c) for f, c in chunks], path)
+        out.append(done[same])
+    return out
 
 
 def _dtype(spec: Any, path: str) -> Any:

@@ -26,6 +26,8 @@ def where(key: str, *index: int) -> str:
 
 def is_int(v: object) -> bool:
     """An integer (Python or numpy), not a bool."""
+    if type(v) is int:  # the common case, without the ABC check
+        return True
     import numbers
 
     return isinstance(v, numbers.Integral) and not isinstance(v, bool | np.bool_)
@@ -43,6 +45,11 @@ def normalize_value(
     Problems are appended to ``problems`` (one line each) and None is returned for a bad value.
     ``render_url(url, where)`` expands templates in URLs (Version 1); it reports its own problems.
     """
+    if type(value) is list and len(value) == 3:  # the common [url, offset, length], checked fast
+        url, off, n = value
+        if (type(url) is str and type(off) is int and type(n) is int and 0 <= off and 0 <= n
+                and off + n < MAX_END and (render_url is None or "{{" not in url)):
+            return url, off, n
     if isinstance(value, str):
         if value.startswith("base64:"):
             try:
