@@ -154,3 +154,60 @@ def test_scan_one_file_and_several_into_a_directory(tmp_path: Path):
         np.testing.assert_array_equal(got, np.arange(1000) + i)
     r = _run("scan", str(files[0]), "-o", str(tmp_path / "x.json"), "--storage-options", "[1]")
     assert r.returncode != 0 and "--storage-options" in r.stderr
+
+
+def test_version_is_the_package_version():
+    import tomllib
+
+    r = _run("--version")
+    want = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert r.returncode == 0 and r.stdout == f"refset {want}\n" and want == refset.__version__
+
+
+def _big_set(tmp_path: Path) -> tuple[Path, bytes]:
+    """A JSON set of 100,000 keys (``ls`` prints megabytes) and a 1 MiB key ``blob``."""
+    np = pytest.importorskip("numpy")
+    data = np.random.default_rng(0).bytes(1 << 20)
+    (tmp_path / "data.bin").write_bytes(data)
+    n = 100_000
+    meta = {".zgroup": {"zarr_format": 2}, "v/.zarray": zarray([n], [1])}
+    rs = refset.ReferenceSet.from_arrays(
+        meta, {"v": {"path_id": np.zeros(n, int), "offset": np.arange(n) * 4, "length": np.full(n, 4)}},
+        [str(tmp_path / "data.bin")])
+    d = rs.to_dict()
+    d["blob"] = [str(tmp_path / "data.bin"), 0, len(data)]
+    (tmp_path / "big.json").write_text(json.dumps(d))
+    return tmp_path / "big.json", data
+
+
+@pytest.mark.parametrize("cmd", [["ls", "-l"], ["cat"], ["info", "--json"]])
+def test_reader_leaving_early_is_not_an_error(tmp_path: Path, cmd: list[str]):
+    """`refset ls big.json | head -1`: the pipe closes under refset, which stops quietly with status 0."""
+    big, data = _big_set(tmp_path)
+    args = [*cmd, str(big)] + (["blob"] if cmd == ["cat"] else [])
+    if cmd[0] == "info":  # small output: the reader is gone before refset writes at all
+        p = subprocess.Popen([sys.executable, "-m", "refset.cli", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        p.stdout.close()
+    else:
+        p = subprocess.Popen([sys.executable, "-m", "refset.cli", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        first = p.stdout.read(100)
+        assert first == data[:100] if cmd == ["cat"] else first.startswith(b".zgroup\tinline")
+        p.stdout.close()  # refset still has megabytes to write
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 0 and err == b""
+
+
+def test_unknown_output_suffix_is_a_usage_error(tmp_path: Path):
+    r = _run("convert", str(SAMPLE), str(tmp_path / "out.xyz"))
+    assert r.returncode == 2 and not (tmp_path / "out.xyz").exists()
+    assert "unknown suffix '.xyz'" in r.stderr and ".json, .parq, .parquet, .packed" in r.stderr
+    assert "--format" in r.stderr
+    r = _run("combine", str(SAMPLE), "--concat-dim", "t", "-o", str(tmp_path / "out.xyz"))
+    assert r.returncode == 2 and "unknown suffix '.xyz'" in r.stderr
+    for name, fmt in [("out.xyz", ["--format", "json"]), ("out", []), ("out.json.zst", []), ("o.v1.json", [])]:
+        r = _run("convert", str(SAMPLE), str(tmp_path / name), *fmt)
+        assert r.returncode == 0, (name, r.stderr)
+        assert refset.load(tmp_path / name).to_dict() == refset.load(SAMPLE).to_dict()
+

@@ -170,6 +170,7 @@ def _ls_line(rs: Any, key: str, long: bool) -> str:
 def cmd_convert(a: argparse.Namespace) -> int:
     import refset
 
+    _check_output(a)
     rs = refset.load(a.input)
     if a.rename:
         rs = refset.rename_urls(rs, dict(_pair(r, "--rename") for r in a.rename))
@@ -178,6 +179,23 @@ def cmd_convert(a: argparse.Namespace) -> int:
     if size is not None:
         sys.stderr.write(f"wrote {a.output} ({size:,} bytes)\n")
     return EXIT_OK
+
+
+class UsageError(Exception):
+    """A command line that cannot mean anything: exit status 2, the message on stderr."""
+
+
+def _check_output(a: argparse.Namespace) -> None:
+    """Refuse an output whose suffix names no format when ``--format`` does not say which."""
+    if a.format is not None or "://" in a.output:
+        return
+    from .errors import Unsupported
+    from .formats.registry import for_dest
+
+    try:
+        for_dest(a.output, strict=True)
+    except Unsupported as e:
+        raise UsageError(f"{e}; or give --format") from None
 
 
 def _pair(item: str, flag: str) -> tuple[str, str]:
@@ -282,6 +300,7 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
     t0 = time.perf_counter()
     if a.append and os.path.exists(a.output):
         inputs = [a.output, *inputs]
+    _check_output(a)
     client = _client(a, len(inputs))
     try:
         rs = refset.combine(inputs, concat_dims=a.concat_dim,
@@ -323,6 +342,8 @@ def cmd_scan(a: argparse.Namespace) -> int:
         raise SystemExit(f"refset scan: -o {a.output}: several files need a directory (end it with /)")
     if (many or a.output.endswith("/")) and "://" not in a.output:
         os.makedirs(a.output, exist_ok=True)
+    if not (many or a.output.endswith("/")):
+        _check_output(a)
     so = _json_arg(a.storage_options, "--storage-options")
     drop = [v for v in (a.drop_variables or "").split(",") if v]
     for src in a.files:
@@ -351,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="refset",
         description="Make, inspect, validate, convert and read kerchunk-style reference sets.",
     )
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"refset {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     from .formats.registry import FORMATS
@@ -454,10 +478,18 @@ def _combine_options(s: argparse.ArgumentParser, required: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
-    from .errors import InvalidReferences, ReferenceNotReachable, Unsupported
+    from .errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
 
     try:
-        return int(a.func(a))
+        status = int(a.func(a))
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
+    except BrokenPipeError:  # the reader left (`refset ls ... | head`): what it wanted was written
+        _silence_stdout()
+        return EXIT_OK
+    except UsageError as e:
+        sys.stderr.write(f"refset {a.command}: error: {e}\n")
+        return EXIT_USAGE
     except (InvalidReferences, Unsupported) as e:
         sys.stderr.write(f"refset {a.command}: invalid input:\n{e}\n")
         return EXIT_INVALID
@@ -470,8 +502,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyError as e:
         sys.stderr.write(f"refset {a.command}: no such key: {e}\n")
         return EXIT_INVALID
-    except BrokenPipeError:
-        return EXIT_OK
+    except RefsetError as e:
+        sys.stderr.write(f"refset {a.command}: {e}\n")
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush cannot fail again."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+        pass
 
 
 if __name__ == "__main__":
