@@ -12,7 +12,7 @@ import pytest
 import refset
 from refset.cli import main
 
-from .helpers import zarray
+from .helpers import run_tty_stderr, zarray
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "examples" / "sample.json"
@@ -23,7 +23,7 @@ def _run(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
                           check=check)
 
 
-@pytest.mark.parametrize("cmd", [[], ["scan"], ["info"], ["validate"], ["ls"], ["convert"], ["cat"]])
+@pytest.mark.parametrize("cmd", [[], ["scan"], ["combine"], ["info"], ["validate"], ["ls"], ["convert"], ["cat"]])
 def test_help_everywhere(cmd: list[str]):
     r = _run(*cmd, "--help")
     assert r.returncode == 0 and "usage: refset" in r.stdout
@@ -114,7 +114,7 @@ def test_cat_inline_and_range(tmp_path: Path):
     assert r.returncode == 1
 
 
-HEAVY = ["xarray", "zarr", "h5py", "pyarrow", "jinja2", "dask", "pandas", "aiohttp", "netCDF4"]
+HEAVY = ["xarray", "zarr", "h5py", "pyarrow", "jinja2", "dask", "pandas", "aiohttp", "netCDF4", "tqdm"]
 
 
 def test_import_and_help_are_light():
@@ -211,3 +211,26 @@ def test_unknown_output_suffix_is_a_usage_error(tmp_path: Path):
         assert r.returncode == 0, (name, r.stderr)
         assert refset.load(tmp_path / name).to_dict() == refset.load(SAMPLE).to_dict()
 
+
+def test_scan_progress_only_on_a_terminal(tmp_path: Path):
+    h5py = pytest.importorskip("h5py")
+    np = pytest.importorskip("numpy")
+    files = []
+    for i in range(3):
+        files.append(str(tmp_path / f"d{i}.h5"))
+        with h5py.File(files[-1], "w") as f:
+            f.create_dataset("v", data=np.arange(100) + i, chunks=(25,))
+    args = ["scan", *files, "-o", str(tmp_path / "out") + "/"]
+    rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", *args])
+    assert rc == 0 and "scanning" in tty and "3/3" in tty and tty.count("wrote ") == 3
+    r = _run(*args)
+    assert r.returncode == 0 and "scanning" not in r.stderr and "\r" not in r.stderr
+    assert r.stderr.count("wrote ") == 3
+    rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", *args, "--quiet"])
+    assert rc == 0 and tty.strip() == ""
+    # combined on a cluster: the bar follows the scan tasks
+    pytest.importorskip("distributed")
+    rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", "scan", *files, "--concat-dim", "run",
+                                 "--coo-map", "run=INDEX", "-o", str(tmp_path / "all.json"), "--workers", "1"])
+    assert rc == 0 and "scanning" in tty and "3/3" in tty and "wrote" in tty, tty
+    assert refset.load(tmp_path / "all.json").grids["v"].shape == (3, 100)

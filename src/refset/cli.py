@@ -9,6 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ._progress import Bar, ProgressClient, wanted
+
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
@@ -302,12 +304,16 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
         inputs = [a.output, *inputs]
     _check_output(a)
     client = _client(a, len(inputs))
+    # progress follows the scans' tasks on a cluster; in this process combine offers no hook
+    bar = Bar(len(inputs), "scanning", client is not None and wanted(a.quiet))
     try:
         rs = refset.combine(inputs, concat_dims=a.concat_dim,
                             identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
                             coo_map=_coo_map(a.coo_map), coo_dtypes=dict(_options(a.coo_dtype)),
-                            storage_options=so, client=client)
+                            storage_options=so,
+                            client=None if client is None else ProgressClient(client, bar))
     finally:
+        bar.close()
         if client is not None:
             cluster = getattr(client, "refset_cluster", None)
             client.close()
@@ -346,13 +352,15 @@ def cmd_scan(a: argparse.Namespace) -> int:
         _check_output(a)
     so = _json_arg(a.storage_options, "--storage-options")
     drop = [v for v in (a.drop_variables or "").split(",") if v]
-    for src in a.files:
-        rs = refset.scan(src, storage_options=so, inline_threshold=a.inline_threshold, group=a.group,
-                         drop_variables=drop, subchunk=a.subchunk)
-        dest = _scan_output(src, a.output, many, a.format)
-        refset.save(rs, dest, format=a.format, **_options(a.option))
-        n = sum(int(rs.table(p).kind_counts()[1:].sum()) for p in rs.grids)
-        sys.stderr.write(f"wrote {dest} ({len(rs.grids)} arrays, {n:,} chunks) from {src}\n")
+    with Bar(len(a.files), "scanning", many and wanted(a.quiet)) as bar:
+        for src in bar.iterate(a.files):
+            rs = refset.scan(src, storage_options=so, inline_threshold=a.inline_threshold, group=a.group,
+                             drop_variables=drop, subchunk=a.subchunk)
+            dest = _scan_output(src, a.output, many, a.format)
+            refset.save(rs, dest, format=a.format, **_options(a.option))
+            n = sum(int(rs.table(p).kind_counts()[1:].sum()) for p in rs.grids)
+            if not a.quiet:
+                bar.write(f"wrote {dest} ({len(rs.grids)} arrays, {n:,} chunks) from {src}")
     return EXIT_OK
 
 
@@ -472,7 +480,7 @@ def _combine_options(s: argparse.ArgumentParser, required: bool) -> None:
     s.add_argument("--workers", type=int, metavar="N",
                    help=f"processes of an embedded Dask cluster (default: one per core from "
                         f"{CLUSTER_INPUTS} inputs, else none; 0: this process)")
-    s.add_argument("--quiet", action="store_true", help="no summary line")
+    s.add_argument("--quiet", action="store_true", help="no progress bar, summary or 'wrote' lines")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
