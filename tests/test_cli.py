@@ -23,7 +23,8 @@ def _run(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
                           check=check)
 
 
-@pytest.mark.parametrize("cmd", [[], ["scan"], ["combine"], ["info"], ["validate"], ["ls"], ["convert"], ["cat"]])
+@pytest.mark.parametrize("cmd", [[], ["scan"], ["combine"], ["info"], ["validate"], ["ls"], ["convert"], ["cat"],
+                                 ["demo"]])
 def test_help_everywhere(cmd: list[str]):
     r = _run(*cmd, "--help")
     assert r.returncode == 0 and "usage: refset" in r.stdout
@@ -114,7 +115,7 @@ def test_cat_inline_and_range(tmp_path: Path):
     assert r.returncode == 1
 
 
-HEAVY = ["xarray", "zarr", "h5py", "pyarrow", "jinja2", "dask", "pandas", "aiohttp", "netCDF4", "tqdm"]
+HEAVY = ["xarray", "zarr", "h5py", "pyarrow", "jinja2", "dask", "pandas", "aiohttp", "netCDF4", "h5netcdf", "tqdm"]
 
 
 def test_import_and_help_are_light():

@@ -375,6 +375,28 @@ def cmd_cat(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_demo(a: argparse.Namespace) -> int:
+    from .demo import prepare, run
+    from .errors import Unsupported
+
+    try:
+        directory = prepare(a.dir)
+    except Unsupported as e:
+        raise UsageError(str(e)) from None
+    run(directory, files=a.files, workers=a.workers, progress=wanted(a.quiet))
+    return EXIT_OK
+
+
+def _positive(text: str, minimum: int = 1) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if n < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {n}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="refset",
@@ -463,6 +485,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--start", type=int, default=None, help="first byte (default 0)")
     s.add_argument("--end", type=int, default=None, help="end byte, exclusive (default: the end)")
     s.set_defaults(func=cmd_cat)
+
+    s = sub.add_parser("demo", help="see what refset is for: many NetCDF files -> one dataset",
+                       description="Make small daily NetCDF4 files in DIR, scan and combine them along "
+                                   "time on a local Dask cluster, save the set in every format (sizes "
+                                   "side by side), open it with xarray and check it against the files. "
+                                   "Needs the 'all' extra.")
+    s.add_argument("dir", nargs="?", metavar="DIR",
+                   help="where to write (new, empty, or made by an earlier demo; default: a new "
+                        "temporary directory, kept)")
+    s.add_argument("--files", type=_positive, default=30, metavar="N", help="daily files (default 30)")
+    s.add_argument("--workers", type=lambda t: _positive(t, 0), default=2, metavar="N",
+                   help="worker processes of the local Dask cluster (default 2; 0: scan in this process)")
+    s.add_argument("--quiet", action="store_true", help="no progress bars")
+    s.set_defaults(func=cmd_demo)
     return p
 
 
