@@ -19,6 +19,7 @@ pytest.importorskip("h5netcdf")
 pytest.importorskip("distributed")
 xr = pytest.importorskip("xarray")
 
+REPO = Path(__file__).resolve().parents[1]
 DEMO = [sys.executable, "-m", "refset.cli", "demo"]
 ROW = re.compile(r"^   (json V0|json V1|parquet|packed) +(\S+) +([\d,]+) +([\d.]+)$", re.M)
 BARS = ("making files", "scanning on")
@@ -28,6 +29,12 @@ def _size(path: Path) -> int:
     if path.is_dir():
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     return path.stat().st_size
+
+
+def _steps(text: str) -> list[str]:
+    """The first five words of the numbered step lines, numbers blanked."""
+    return [re.sub(r"\d[\d,.]*", "N", " ".join(line.split()[:5])) for line in text.splitlines()
+            if re.match(r"\d\. ", line)]
 
 
 def _mean_from_files(files: list[Path]) -> float:
@@ -71,6 +78,12 @@ def test_demo_on_a_cluster_prints_what_it_wrote(tmp_path: Path):
 
     # progress bars on the terminal, following the tasks to the end
     assert "making files" in tty and "scanning on 2 workers" in tty and "6/6" in tty
+
+    # README shows a real run: the same steps and table
+    pasted = (REPO / "README.md").read_text().split("```text\n", 1)[1].split("```", 1)[0]
+    assert _steps(pasted) == _steps(out) and len(_steps(out)) == 5
+    assert [r[0] for r in ROW.findall(pasted)] == [r[0] for r in rows]
+    assert 'pip install -e ".[all]" && refset demo\n```\n<!-- /main-command -->' in (REPO / "README.md").read_text()
 
     # every command it suggests works as printed
     steps = out.split("Try next", 1)[1].splitlines()[1:]
