@@ -22,3 +22,38 @@ def zarr_json(shape: list[int], chunks: list[int], *, encoding: str = "default",
         "chunk_key_encoding": {"name": encoding, "configuration": {"separator": sep}},
         "fill_value": 0.0, "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
     })
+
+
+def run_tty_stderr(args: list[str], timeout: float = 120) -> tuple[int, str, str]:
+    """Run ``args`` with stderr on a pseudo-terminal (as a user at a terminal sees it) and stdout on a
+    pipe; return (exit status, stdout, what the terminal received)."""
+    import os
+    import pty
+    import subprocess
+    import threading
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def drain() -> None:  # read as it comes: a full terminal buffer would block the child
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: every writer closed the terminal
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    reader.join(timeout=10)
+    os.close(master)
+    return p.returncode, out.decode(), b"".join(chunks).decode(errors="replace")

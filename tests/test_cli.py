@@ -12,7 +12,7 @@ import pytest
 import refset
 from refset.cli import main
 
-from .helpers import zarray
+from .helpers import run_tty_stderr, zarray
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "examples" / "sample.json"
@@ -23,7 +23,8 @@ def _run(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
                           check=check)
 
 
-@pytest.mark.parametrize("cmd", [[], ["scan"], ["info"], ["validate"], ["ls"], ["convert"], ["cat"]])
+@pytest.mark.parametrize("cmd", [[], ["scan"], ["combine"], ["info"], ["validate"], ["ls"], ["convert"], ["cat"],
+                                 ["demo"]])
 def test_help_everywhere(cmd: list[str]):
     r = _run(*cmd, "--help")
     assert r.returncode == 0 and "usage: refset" in r.stdout
@@ -114,7 +115,7 @@ def test_cat_inline_and_range(tmp_path: Path):
     assert r.returncode == 1
 
 
-HEAVY = ["xarray", "zarr", "h5py", "pyarrow", "jinja2", "dask", "pandas", "aiohttp", "netCDF4"]
+HEAVY = ["xarray", "zarr", "h5py", "pyarrow", "jinja2", "dask", "pandas", "aiohttp", "netCDF4", "h5netcdf", "tqdm"]
 
 
 def test_import_and_help_are_light():
@@ -154,3 +155,83 @@ def test_scan_one_file_and_several_into_a_directory(tmp_path: Path):
         np.testing.assert_array_equal(got, np.arange(1000) + i)
     r = _run("scan", str(files[0]), "-o", str(tmp_path / "x.json"), "--storage-options", "[1]")
     assert r.returncode != 0 and "--storage-options" in r.stderr
+
+
+def test_version_is_the_package_version():
+    import tomllib
+
+    r = _run("--version")
+    want = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert r.returncode == 0 and r.stdout == f"refset {want}\n" and want == refset.__version__
+
+
+def _big_set(tmp_path: Path) -> tuple[Path, bytes]:
+    """A JSON set of 100,000 keys (``ls`` prints megabytes) and a 1 MiB key ``blob``."""
+    np = pytest.importorskip("numpy")
+    data = np.random.default_rng(0).bytes(1 << 20)
+    (tmp_path / "data.bin").write_bytes(data)
+    n = 100_000
+    meta = {".zgroup": {"zarr_format": 2}, "v/.zarray": zarray([n], [1])}
+    rs = refset.ReferenceSet.from_arrays(
+        meta, {"v": {"path_id": np.zeros(n, int), "offset": np.arange(n) * 4, "length": np.full(n, 4)}},
+        [str(tmp_path / "data.bin")])
+    d = rs.to_dict()
+    d["blob"] = [str(tmp_path / "data.bin"), 0, len(data)]
+    (tmp_path / "big.json").write_text(json.dumps(d))
+    return tmp_path / "big.json", data
+
+
+@pytest.mark.parametrize("cmd", [["ls", "-l"], ["cat"], ["info", "--json"]])
+def test_reader_leaving_early_is_not_an_error(tmp_path: Path, cmd: list[str]):
+    """`refset ls big.json | head -1`: the pipe closes under refset, which stops quietly with status 0."""
+    big, data = _big_set(tmp_path)
+    args = [*cmd, str(big)] + (["blob"] if cmd == ["cat"] else [])
+    if cmd[0] == "info":  # small output: the reader is gone before refset writes at all
+        p = subprocess.Popen([sys.executable, "-m", "refset.cli", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        p.stdout.close()
+    else:
+        p = subprocess.Popen([sys.executable, "-m", "refset.cli", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        first = p.stdout.read(100)
+        assert first == data[:100] if cmd == ["cat"] else first.startswith(b".zgroup\tinline")
+        p.stdout.close()  # refset still has megabytes to write
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 0 and err == b""
+
+
+def test_unknown_output_suffix_is_a_usage_error(tmp_path: Path):
+    r = _run("convert", str(SAMPLE), str(tmp_path / "out.xyz"))
+    assert r.returncode == 2 and not (tmp_path / "out.xyz").exists()
+    assert "unknown suffix '.xyz'" in r.stderr and ".json, .parq, .parquet, .packed" in r.stderr
+    assert "--format" in r.stderr
+    r = _run("combine", str(SAMPLE), "--concat-dim", "t", "-o", str(tmp_path / "out.xyz"))
+    assert r.returncode == 2 and "unknown suffix '.xyz'" in r.stderr
+    for name, fmt in [("out.xyz", ["--format", "json"]), ("out", []), ("out.json.zst", []), ("o.v1.json", [])]:
+        r = _run("convert", str(SAMPLE), str(tmp_path / name), *fmt)
+        assert r.returncode == 0, (name, r.stderr)
+        assert refset.load(tmp_path / name).to_dict() == refset.load(SAMPLE).to_dict()
+
+
+def test_scan_progress_only_on_a_terminal(tmp_path: Path):
+    h5py = pytest.importorskip("h5py")
+    np = pytest.importorskip("numpy")
+    files = []
+    for i in range(3):
+        files.append(str(tmp_path / f"d{i}.h5"))
+        with h5py.File(files[-1], "w") as f:
+            f.create_dataset("v", data=np.arange(100) + i, chunks=(25,))
+    args = ["scan", *files, "-o", str(tmp_path / "out") + "/"]
+    rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", *args])
+    assert rc == 0 and "scanning" in tty and "3/3" in tty and tty.count("wrote ") == 3
+    r = _run(*args)
+    assert r.returncode == 0 and "scanning" not in r.stderr and "\r" not in r.stderr
+    assert r.stderr.count("wrote ") == 3
+    rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", *args, "--quiet"])
+    assert rc == 0 and tty.strip() == ""
+    # combined on a cluster: the bar follows the scan tasks
+    pytest.importorskip("distributed")
+    rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", "scan", *files, "--concat-dim", "run",
+                                 "--coo-map", "run=INDEX", "-o", str(tmp_path / "all.json"), "--workers", "1"])
+    assert rc == 0 and "scanning" in tty and "3/3" in tty and "wrote" in tty, tty
+    assert refset.load(tmp_path / "all.json").grids["v"].shape == (3, 100)

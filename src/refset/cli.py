@@ -9,6 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ._progress import Bar, ProgressClient, wanted
+
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
@@ -170,6 +172,7 @@ def _ls_line(rs: Any, key: str, long: bool) -> str:
 def cmd_convert(a: argparse.Namespace) -> int:
     import refset
 
+    _check_output(a)
     rs = refset.load(a.input)
     if a.rename:
         rs = refset.rename_urls(rs, dict(_pair(r, "--rename") for r in a.rename))
@@ -178,6 +181,23 @@ def cmd_convert(a: argparse.Namespace) -> int:
     if size is not None:
         sys.stderr.write(f"wrote {a.output} ({size:,} bytes)\n")
     return EXIT_OK
+
+
+class UsageError(Exception):
+    """A command line that cannot mean anything: exit status 2, the message on stderr."""
+
+
+def _check_output(a: argparse.Namespace) -> None:
+    """Refuse an output whose suffix names no format when ``--format`` does not say which."""
+    if a.format is not None or "://" in a.output:
+        return
+    from .errors import Unsupported
+    from .formats.registry import for_dest
+
+    try:
+        for_dest(a.output, strict=True)
+    except Unsupported as e:
+        raise UsageError(f"{e}; or give --format") from None
 
 
 def _pair(item: str, flag: str) -> tuple[str, str]:
@@ -282,13 +302,18 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
     t0 = time.perf_counter()
     if a.append and os.path.exists(a.output):
         inputs = [a.output, *inputs]
+    _check_output(a)
     client = _client(a, len(inputs))
+    # progress follows the scans' tasks on a cluster; in this process combine offers no hook
+    bar = Bar(len(inputs), "scanning", client is not None and wanted(a.quiet))
     try:
         rs = refset.combine(inputs, concat_dims=a.concat_dim,
                             identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
                             coo_map=_coo_map(a.coo_map), coo_dtypes=dict(_options(a.coo_dtype)),
-                            storage_options=so, client=client)
+                            storage_options=so,
+                            client=None if client is None else ProgressClient(client, bar))
     finally:
+        bar.close()
         if client is not None:
             cluster = getattr(client, "refset_cluster", None)
             client.close()
@@ -323,15 +348,19 @@ def cmd_scan(a: argparse.Namespace) -> int:
         raise SystemExit(f"refset scan: -o {a.output}: several files need a directory (end it with /)")
     if (many or a.output.endswith("/")) and "://" not in a.output:
         os.makedirs(a.output, exist_ok=True)
+    if not (many or a.output.endswith("/")):
+        _check_output(a)
     so = _json_arg(a.storage_options, "--storage-options")
     drop = [v for v in (a.drop_variables or "").split(",") if v]
-    for src in a.files:
-        rs = refset.scan(src, storage_options=so, inline_threshold=a.inline_threshold, group=a.group,
-                         drop_variables=drop, subchunk=a.subchunk)
-        dest = _scan_output(src, a.output, many, a.format)
-        refset.save(rs, dest, format=a.format, **_options(a.option))
-        n = sum(int(rs.table(p).kind_counts()[1:].sum()) for p in rs.grids)
-        sys.stderr.write(f"wrote {dest} ({len(rs.grids)} arrays, {n:,} chunks) from {src}\n")
+    with Bar(len(a.files), "scanning", many and wanted(a.quiet)) as bar:
+        for src in bar.iterate(a.files):
+            rs = refset.scan(src, storage_options=so, inline_threshold=a.inline_threshold, group=a.group,
+                             drop_variables=drop, subchunk=a.subchunk)
+            dest = _scan_output(src, a.output, many, a.format)
+            refset.save(rs, dest, format=a.format, **_options(a.option))
+            n = sum(int(rs.table(p).kind_counts()[1:].sum()) for p in rs.grids)
+            if not a.quiet:
+                bar.write(f"wrote {dest} ({len(rs.grids)} arrays, {n:,} chunks) from {src}")
     return EXIT_OK
 
 
@@ -346,11 +375,36 @@ def cmd_cat(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_demo(a: argparse.Namespace) -> int:
+    from .demo import prepare, run
+    from .errors import Unsupported
+
+    try:
+        directory = prepare(a.dir)
+    except Unsupported as e:
+        raise UsageError(str(e)) from None
+    run(directory, files=a.files, workers=a.workers, progress=wanted(a.quiet))
+    return EXIT_OK
+
+
+def _positive(text: str, minimum: int = 1) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if n < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {n}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="refset",
         description="Make, inspect, validate, convert and read kerchunk-style reference sets.",
     )
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"refset {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     from .formats.registry import FORMATS
@@ -431,6 +485,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--start", type=int, default=None, help="first byte (default 0)")
     s.add_argument("--end", type=int, default=None, help="end byte, exclusive (default: the end)")
     s.set_defaults(func=cmd_cat)
+
+    s = sub.add_parser("demo", help="see what refset is for: many NetCDF files -> one dataset",
+                       description="Make small daily NetCDF4 files in DIR, scan and combine them along "
+                                   "time on a local Dask cluster, save the set in every format (sizes "
+                                   "side by side), open it with xarray and check it against the files. "
+                                   "Needs the 'all' extra.")
+    s.add_argument("dir", nargs="?", metavar="DIR",
+                   help="where to write (new, empty, or made by an earlier demo; default: a new "
+                        "temporary directory, kept)")
+    s.add_argument("--files", type=_positive, default=30, metavar="N", help="daily files (default 30)")
+    s.add_argument("--workers", type=lambda t: _positive(t, 0), default=2, metavar="N",
+                   help="worker processes of the local Dask cluster (default 2; 0: scan in this process)")
+    s.add_argument("--quiet", action="store_true", help="no progress bars")
+    s.set_defaults(func=cmd_demo)
     return p
 
 
@@ -448,16 +516,24 @@ def _combine_options(s: argparse.ArgumentParser, required: bool) -> None:
     s.add_argument("--workers", type=int, metavar="N",
                    help=f"processes of an embedded Dask cluster (default: one per core from "
                         f"{CLUSTER_INPUTS} inputs, else none; 0: this process)")
-    s.add_argument("--quiet", action="store_true", help="no summary line")
+    s.add_argument("--quiet", action="store_true", help="no progress bar, summary or 'wrote' lines")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
-    from .errors import InvalidReferences, ReferenceNotReachable, Unsupported
+    from .errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
 
     try:
-        return int(a.func(a))
+        status = int(a.func(a))
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
+    except BrokenPipeError:  # the reader left (`refset ls ... | head`): what it wanted was written
+        _silence_stdout()
+        return EXIT_OK
+    except UsageError as e:
+        sys.stderr.write(f"refset {a.command}: error: {e}\n")
+        return EXIT_USAGE
     except (InvalidReferences, Unsupported) as e:
         sys.stderr.write(f"refset {a.command}: invalid input:\n{e}\n")
         return EXIT_INVALID
@@ -470,8 +546,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyError as e:
         sys.stderr.write(f"refset {a.command}: no such key: {e}\n")
         return EXIT_INVALID
-    except BrokenPipeError:
-        return EXIT_OK
+    except RefsetError as e:
+        sys.stderr.write(f"refset {a.command}: {e}\n")
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush cannot fail again."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+        pass
 
 
 if __name__ == "__main__":

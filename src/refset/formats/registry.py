@@ -87,12 +87,21 @@ def _strip_compression(name: str) -> str:
     return name
 
 
-def for_dest(dest: str) -> FormatSpec:
-    """The format a destination's name asks for (JSON Version 0 when nothing matches)."""
+def for_dest(dest: str, *, strict: bool = False) -> FormatSpec:
+    """The format a destination's name asks for (JSON Version 0 when nothing matches).
+
+    ``strict``: a name whose suffix no format knows (``out.xyz``) raises :class:`Unsupported` naming
+    the known suffixes; a name without a suffix is still JSON.
+    """
     name = _strip_compression(dest.rstrip("/"))
     for spec in FORMATS.values():
         if spec.suffixes and name.endswith(spec.suffixes):
             return spec
+    suffix = os.path.splitext(os.path.basename(name))[1]
+    if strict and suffix:
+        known = ", ".join(s for spec in FORMATS.values() for s in spec.suffixes)
+        raise Unsupported(f"output {dest!r}: unknown suffix {suffix!r}; known suffixes: {known} "
+                          f"(JSON may end in {' or '.join(COMPRESSION_SUFFIXES)} too)")
     return FORMATS["json"]
 
 
