@@ -64,28 +64,6 @@ class Bar:
             self.update()
 
 
-class ProgressClient:
-    """A ``distributed.Client`` whose ``gather`` of a list of futures advances ``bar`` as each task
-    finishes (``distributed.as_completed``), then gathers as the client does. Every other attribute is
-    the client's. ``refset.combine(..., client=ProgressClient(c, bar))`` so shows its scans' progress.
-    """
-
-    def __init__(self, client: Any, bar: Bar) -> None:
-        self._client = client
-        self._bar = bar
-
-    def gather(self, futures: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(futures, list | tuple):
-            from distributed import as_completed
-
-            for _ in as_completed(futures):
-                self._bar.update()
-        return self._client.gather(futures, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-
 def _terminal_size() -> tuple[int, int]:
     """(columns, lines) of the terminal on stderr; 80 x 24 where it reports 0 (a fresh pseudo-terminal,
     on which tqdm would otherwise draw nothing)."""

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ._progress import Bar, ProgressClient, wanted
+from ._progress import Bar, wanted
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -304,14 +304,13 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
         inputs = [a.output, *inputs]
     _check_output(a)
     client = _client(a, len(inputs))
-    # progress follows the scans' tasks on a cluster; in this process combine offers no hook
-    bar = Bar(len(inputs), "scanning", client is not None and wanted(a.quiet))
+    bar = Bar(len(inputs), "opening" if client is None else "scanning on the cluster", wanted(a.quiet))
     try:
         rs = refset.combine(inputs, concat_dims=a.concat_dim,
                             identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
                             coo_map=_coo_map(a.coo_map), coo_dtypes=dict(_options(a.coo_dtype)),
                             storage_options=so,
-                            client=None if client is None else ProgressClient(client, bar))
+                            client=client, progress=bar.update)
     finally:
         bar.close()
         if client is not None:

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ._progress import Bar, ProgressClient
+from ._progress import Bar
 from .errors import RefsetError, Unsupported
 from .tables import RANGE
 
@@ -211,7 +211,7 @@ def _combine(refset: Any, paths: list[str], workers: int, progress: bool) -> Any
                        silence_logs=logging.ERROR) as cluster,
           Client(cluster) as client,
           Bar(len(paths), f"scanning on {workers} workers", progress) as bar):
-        return refset.combine(paths, concat_dims="time", client=ProgressClient(client, bar))
+        return refset.combine(paths, concat_dims="time", client=client, progress=bar.update)
 
 
 def prepare(directory: str | None) -> str:

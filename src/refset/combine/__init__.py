@@ -40,6 +40,7 @@ def combine(
     storage_options: Mapping[str, Any] | None = None,
     client: Any = None,
     batch_size: int = 64,
+    progress: Callable[[int], Any] | None = None,
 ) -> ReferenceSet:
     """One set from ``inputs`` (sets, dicts, reference files in any format, or NetCDF/HDF5 files,
     which are scanned) concatenated along ``concat_dims``, in the order of their coordinates.
@@ -52,7 +53,7 @@ def combine(
     gain it as their first dim. ``identical_dims``: variables taken from the first input, checked
     equal in every input unless ``check=False``. ``client``: a ``distributed.Client`` on whose
     workers the inputs are opened (scanned) and combined as a tree of ``batch_size`` sets per task
-    (see ``_dask``).
+    (see ``_dask``). ``progress(n)`` is called as each input has been opened (scanned), with 1.
     """
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
@@ -66,9 +67,14 @@ def combine(
 
         out = combine_on_cluster(client, items, dims=dims, identical=list(identical_dims),
                                  coo_map=dict(coo_map or {}), coo_dtypes=dict(coo_dtypes or {}),
-                                 preprocess=preprocess, check=check, so=so, batch=batch_size)
+                                 preprocess=preprocess, check=check, so=so, batch=batch_size,
+                                 progress=progress)
         return postprocess(out) if postprocess is not None else out
-    opened = [open_input(x, i, storage_options=so) for i, x in enumerate(items)]
+    opened = []
+    for i, x in enumerate(items):
+        opened.append(open_input(x, i, storage_options=so))
+        if progress is not None:
+            progress(1)
     sets = [rs for rs, _ in opened]
     names = [n for _, n in opened]
     if preprocess is not None:

@@ -79,14 +79,20 @@ def _combine_batch(parts: Sequence[tuple[ReferenceSet, str]], dims: Sequence[str
 def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str], identical: Sequence[str],
                        coo_map: Mapping[str, Any], coo_dtypes: Mapping[str, Any],
                        preprocess: Callable[..., ReferenceSet] | None, check: bool,
-                       so: Mapping[str, Any], batch: int = BATCH) -> ReferenceSet:
+                       so: Mapping[str, Any], batch: int = BATCH,
+                       progress: Callable[[int], Any] | None = None) -> ReferenceSet:
     if batch < 2:
         raise ValueError(f"batch_size: must be at least 2, got {batch}")
     n = len(items)
     opened = client.map(_open, list(items), list(range(n)), so=so, preprocess=preprocess, pure=False)
     maps = [{d: _one_input(s, i) for d, s in coo_map.items()} for i in range(n)]
-    info = client.gather([client.submit(_coords_of, f, dims, m, coo_dtypes, so, pure=False)
-                          for f, m in zip(opened, maps)])
+    pending = [client.submit(_coords_of, f, dims, m, coo_dtypes, so, pure=False) for f, m in zip(opened, maps)]
+    if progress is not None:
+        from distributed import as_completed
+
+        for _ in as_completed(pending):
+            progress(1)
+    info = client.gather(pending)
     target = {d: info[0][k][1] for k, d in enumerate(dims) if is_cf_time(info[0][k][1])}
     keys = []
     for k, d in enumerate(dims):
