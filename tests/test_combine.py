@@ -215,8 +215,9 @@ def test_peers_read_the_combined_set(tmp_path: Path) -> None:
 
 def test_dask_tree_reduction_equals_the_in_process_combine(tmp_path: Path) -> None:
     """On a process cluster the inputs are opened on the workers and combined as a tree of batches
-    (batch_size=2: three levels for 7 inputs): shuffled inputs in days and hours, a new dim from a
-    regex, INDEX and a callable give the same set as the in-process combine."""
+    (batch_size=2: three levels for 7 inputs): shuffled inputs in days and hours, shuffled inputs
+    opened several per task, a new dim from a regex, INDEX and a callable give the same set as the
+    in-process combine."""
     distributed = pytest.importorskip("distributed")
     files = [_day(tmp_path / f"d{i}.nc", 2 * i, units="hours since 2000-01-01" if i % 2 else
                   "days since 2000-01-01") for i in range(7)]
@@ -232,6 +233,10 @@ def test_dask_tree_reduction_equals_the_in_process_combine(tmp_path: Path) -> No
         on, here = both(shuffled, concat_dims="time", identical_dims=["lat", "lon"])
         assert on == here
         assert json.loads(on["time/.zattrs"])["units"] == "hours since 2000-01-01"  # the first input's
+        many = [str(_day(tmp_path / f"m{i:02d}.nc", 2 * i)) for i in range(13)]  # opened 2 per task
+        order = np.random.default_rng(5).permutation(13)
+        on = combine([many[i] for i in order], concat_dims="time", client=client, batch_size=4)
+        assert on.to_dict() == combine(many, concat_dims="time").to_dict()
         on, here = both([str(m) for m in members[::-1]], concat_dims=["member", "time"],
                         coo_map={"member": pattern}, identical_dims=["lat", "lon"])
         assert on == here and json.loads(on["v/.zarray"])["shape"] == [2, 6, 3, 4]

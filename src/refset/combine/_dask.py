@@ -1,7 +1,7 @@
 """``combine`` on a Dask cluster: a tree reduction of small columnar sets.
 
-1. Each input is opened (or scanned) on a worker, where its set stays; only its coordinate values
-   come back to the client (a few numbers per input).
+1. The inputs are opened (or scanned) on the workers, a group per task, where their sets stay;
+   only their coordinate values come back to the client (a few numbers per input).
 2. The client orders the inputs by coordinate (CF times compared in the first input's units) and
    cuts the order into batches of contiguous coordinates (with several concat dims, a batch varies
    only along the last).
@@ -50,18 +50,30 @@ def _one_input(sel: Any, i: int) -> Any:
     return sel  # a compiled regex, or something coordinates() names as not a selector
 
 
-def _open(x: Any, i: int, so: Mapping[str, Any], preprocess: Callable[..., ReferenceSet] | None,
-          ) -> tuple[ReferenceSet, str]:
+def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]], dims: Sequence[str],
+                coo_dtypes: Mapping[str, Any], so: Mapping[str, Any],
+                preprocess: Callable[..., ReferenceSet] | None) -> tuple[list[Any], list[Any]]:
+    """Inputs ``start...`` opened (scanned), and each one's coordinate values and attributes."""
     from . import open_input
 
-    rs, name = open_input(x, i, storage_options=so)
-    return (preprocess(rs) if preprocess is not None else rs), name
+    sets, coords = [], []
+    for k, x in enumerate(xs):
+        rs, name = open_input(x, start + k, storage_options=so)
+        if preprocess is not None:
+            rs = preprocess(rs)
+        sets.append((rs, name))
+        coords.append([(c.per_input[0], c.attrs)
+                       for c in coordinates([rs], [name], dims, maps[k], coo_dtypes, so)])
+    return sets, coords
 
 
-def _coords_of(opened: tuple[ReferenceSet, str], dims: Sequence[str], coo_map: Mapping[str, Any],
-               coo_dtypes: Mapping[str, Any], so: Mapping[str, Any]) -> list[tuple[np.ndarray, dict[str, Any]]]:
-    rs, name = opened
-    return [(c.per_input[0], c.attrs) for c in coordinates([rs], [name], dims, coo_map, coo_dtypes, so)]
+def _coords_part(group: tuple[list[Any], list[Any]]) -> list[Any]:
+    return group[1]
+
+
+def _combine_picked(groups: Sequence[tuple[list[Any], list[Any]]], picks: Sequence[tuple[int, int]],
+                    *args: Any) -> tuple[ReferenceSet, str]:
+    return _combine_batch([groups[g][0][j] for g, j in picks], *args)
 
 
 def _combine_batch(parts: Sequence[tuple[ReferenceSet, str]], dims: Sequence[str], identical: Sequence[str],
@@ -84,15 +96,20 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
     if batch < 2:
         raise ValueError(f"batch_size: must be at least 2, got {batch}")
     n = len(items)
-    opened = client.map(_open, list(items), list(range(n)), so=so, preprocess=preprocess, pure=False)
+    items = list(items)
     maps = [{d: _one_input(s, i) for d, s in coo_map.items()} for i in range(n)]
-    pending = [client.submit(_coords_of, f, dims, m, coo_dtypes, so, pure=False) for f, m in zip(opened, maps)]
+    # inputs opened a group per task (a task costs ~ms of scheduling: as much as a scan)
+    threads = sum(client.nthreads().values()) or 1
+    size = max(1, min(batch, -(-n // (4 * threads))))
+    groups = [client.submit(_open_group, items[s:s + size], s, maps[s:s + size], dims, coo_dtypes, so,
+                            preprocess, pure=False) for s in range(0, n, size)]
+    pending = [client.submit(_coords_part, g, pure=False) for g in groups]
     if progress is not None:
         from distributed import as_completed
 
-        for _ in as_completed(pending):
-            progress(1)
-    info = client.gather(pending)
+        for f in as_completed(pending):
+            progress(min(size, n - size * pending.index(f)))
+    info = [c for part in client.gather(pending) for c in part]
     target = {d: info[0][k][1] for k, d in enumerate(dims) if is_cf_time(info[0][k][1])}
     keys = []
     for k, d in enumerate(dims):
@@ -110,10 +127,12 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
         run = sorted(run)
         sel = {d: coo_map[d] if _is_data(coo_map.get(d)) else [info[i][k][0] for i in run]
                for k, d in enumerate(dims) if d in coo_map}
+        used = sorted({i // size for i in run})
+        picks = [(used.index(i // size), i % size) for i in run]
         level.append((run[0], tuple(k[run[0]] for k in keys[:lead]), client.submit(
-            _combine_batch, [opened[i] for i in run], dims, identical, sel, coo_dtypes, target, check,
-            so, f"inputs {run[0]}..{run[-1]}", pure=False)))
-    del opened  # each input set is released once its batch is combined
+            _combine_picked, [groups[g] for g in used], picks, dims, identical, sel, coo_dtypes, target,
+            check, so, f"inputs {run[0]}..{run[-1]}", pure=False)))
+    del groups, pending  # each group of input sets is released once its batches are combined
     for axis in range(lead, -1, -1):  # the last dim first, then the one before it...
         while len({e[1][:axis] for e in level}) < len(level):
             nxt = []

@@ -8,6 +8,7 @@ is read as the values it holds.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,32 +23,42 @@ __all__ = ["read_arrays", "zarray", "zattrs", "fill_of"]
 
 
 def zarray(rs: ReferenceSet, path: str) -> dict[str, Any]:
-    """The array's ``.zarray`` document (zarr v2; a zarr v3 set is refused)."""
+    """The array's ``.zarray`` document (zarr v2; a zarr v3 set is refused). Shared: do not change it."""
     key = f"{path}/.zarray"
-    if key not in rs:
+    raw = rs.get(key)
+    if raw is None:
         if f"{path}/zarr.json" in rs:
             raise Unsupported(f"{path!r}: combine reads zarr v2 sets (as kerchunk and refset.scan write "
                               "them); this one is zarr v3")
         raise InvalidReferences(f"{key!r}: missing")
-    return _json(rs, key)
+    return _json(raw, key)
 
 
 def zattrs(rs: ReferenceSet, path: str) -> dict[str, Any]:
+    """The ``.zattrs`` document of ``path`` (``{}`` when absent). Shared: do not change it."""
     key = f"{path}/.zattrs" if path else ".zattrs"
-    return _json(rs, key) if key in rs else {}
+    raw = rs.get(key)
+    return {} if raw is None else _json(raw, key)
 
 
-def _json(rs: ReferenceSet, key: str) -> dict[str, Any]:
-    raw = rs[key]
+def _json(raw: Any, key: str) -> dict[str, Any]:
     if not isinstance(raw, bytes):
         raise Unsupported(f"{key!r}: metadata stored in a file, not in the set")
-    try:
-        out = json.loads(raw)
-    except ValueError as e:
-        raise InvalidReferences(f"{key!r}: not JSON ({e})") from None
+    out = _parse(raw)
+    if isinstance(out, ValueError):
+        raise InvalidReferences(f"{key!r}: not JSON ({out})")
     if not isinstance(out, dict):
         raise InvalidReferences(f"{key!r}: not a JSON object")
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(raw: bytes) -> Any:
+    """Inputs of one product repeat the same metadata: each distinct document is parsed once."""
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        return e
 
 
 def fill_of(meta: Mapping[str, Any], dtype: np.dtype) -> Any:
