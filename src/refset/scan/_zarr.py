@@ -196,4 +196,9 @@ class SetWriter:
             data = iter(read_ranges(offs.tolist(), lens.tolist()))
             for apath, flat, _, _ in self._small:
                 self.arrays[apath]["inline"].update(zip(flat.tolist(), data))
-        return ReferenceSet.from_arrays(self.metadata, self.arrays, [self.url])
+        from ..producer import tables_from_arrays
+        from ..source import MemorySource
+
+        # the columns are built above (int64, grid-shaped): only the metadata is checked
+        return ReferenceSet(MemorySource(*tables_from_arrays(self.metadata, self.arrays, [self.url],
+                                                             trusted=True), {"format": "memory"}))
