@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import numpy as np
@@ -101,6 +102,31 @@ def test_inline_chunks_whole_files_and_odd_keys():
     assert rs["esc\\/aped/0"] == ("s3:\\/\\/b\\/k", 1, 2)
     text = json.dumps(d).replace("s3://bucket/some", "s3:\\/\\/bucket\\/some").encode()
     _check(text)
+
+
+def test_many_inline_chunks_route_as_key_by_key():
+    """Thousands of inline chunks (a combine of small files): their keys are parsed per array in one
+    vectorised pass, which must find what the key-by-key route finds, odd keys included; strings
+    with escapes, non-ASCII text and a raw control character (refused) keep their JSON meaning."""
+    d = _doc(n_files=5)
+    d["s/.zarray"] = zarray([], [], sep=".")  # a scalar array: its chunk key is "s/0"
+    d["s/0"] = "base64:AAAAAQ=="
+    d["root/.zarray"] = zarray([3000, 4], [1, 2], sep=".")
+    for i in range(3000):
+        for j in range(2):
+            d[f"root/{i}.{j}"] = f"base64:{i:04d}" if (i + j) % 3 else f"text {i}\n\u00e9 \"q\""
+    for odd in ("root/01.0", "root/3000.0", "root/1.2", "root/1", "root/1.0.0", "root/1.-1", "root/²",
+                "root/0 .1", "s/00", "s/1"):
+        d[odd] = "base64:AAAA"
+    text = json.dumps(d, ensure_ascii=False).encode()
+    rs = _check(text)
+    assert rs["root/6.0"] == "text 6\n\u00e9 \"q\"".encode()
+    assert rs["root/1.0"] == base64.b64decode("0001")
+    assert "root/01.0" in rs.other.keys.tolist() and rs.table("root").count() == 6000
+    assert rs["s/0"] == b"\0\0\0\1"
+    bad = text.replace(b"text 6", b"text\x016", 1)  # a raw control character inside a string
+    with pytest.raises(InvalidReferences, match="invalid JSON"):
+        refset.load(bad)
 
 
 def test_duplicate_keys_last_wins():

@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .errors import InvalidReferences
-from .keys import ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
+from .keys import METADATA_NAMES, ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
 from .tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, Row, _compact, min_uint
 
-__all__ = ["Builder"]
+__all__ = ["Builder", "route"]
 
 
 class Builder:
@@ -120,6 +120,8 @@ class Builder:
         """Chunk grids described by the metadata added so far."""
         grids = dict(self.extra_grids)
         for k, v in self.items.items():
+            if not k.endswith(METADATA_NAMES):  # the test below, cheaply, for the many chunk keys
+                continue
             meta = split_metadata_key(k)
             if meta is not None and isinstance(v, bytes):
                 g = grid_from_metadata(meta[1], v)
@@ -138,34 +140,23 @@ class Builder:
     def build_other(self, grids: Mapping[str, ChunkGrid]) -> KeyTable:
         """The generic table of the single keys added so far that are not chunk keys of ``grids``
         (for readers that build the chunk tables later)."""
-        router = KeyRouter(grids)
-        generic = {k: self._row(v) for k, v in self.items.items()
-                   if not grids or router.locate(k) is None}
-        return KeyTable.from_items(generic)
+        _, rest = route(self.items, grids)
+        return KeyTable.from_items({k: self._row(v) for k, v in rest.items()})
 
     def build_parts(self) -> tuple[tuple[str, ...], dict[str, ChunkTable], KeyTable]:
         """``(urls, tables, other)`` of everything added."""
         row = self._row
         grids = self.grids()
         router = KeyRouter(grids)
-        routed: dict[str, list[tuple[int, Row]]] = {p: [] for p in grids}
-        generic: dict[str, Row] = {}
         key_batches = self._route_key_batches(router) if grids else self.key_batches
-        for k, v in self.items.items():
-            hit = router.locate(k) if grids else None
-            if hit is None:
-                generic[k] = row(v)
-            else:
-                routed[hit[0]].append((hit[1], row(v)))
+        routed, rest = route(self.items, grids)
+        generic: dict[str, Row] = {k: row(v) for k, v in rest.items()}
         parts: dict[str, list[tuple[np.ndarray, ...]]] = {p: [] for p in grids}
         inlines: dict[str, dict[int, bytes]] = {p: {} for p in grids}
-        for path, rows in routed.items():
-            if rows:
-                parts[path].append((
-                    np.array([f for f, _ in rows], np.int64),
-                    *(np.array([r[j] for _, r in rows], np.uint64) for j in range(4)),
-                ))
-                inlines[path].update({f: r[4] for f, r in rows if r[4] is not None})
+        for path, (flat, refs) in routed.items():
+            rows = [row(r) for r in refs]
+            parts[path].append((flat, *(np.array([r[j] for r in rows], np.uint64) for j in range(4))))
+            inlines[path].update({f: r[4] for f, r in zip(flat.tolist(), rows) if r[4] is not None})
         for path, flat, kind, pid, off, ln, inl in self.batches:
             if path not in grids:
                 raise InvalidReferences(f"no chunk grid for array {path!r}")
@@ -185,3 +176,98 @@ class Builder:
         if key_batches:
             other = KeyTable.merged(other, key_batches)
         return tuple(self.url_ids), tables, other
+
+
+#: From this many single keys, chunk keys are parsed per array in one vectorised pass.
+VECTOR_KEYS = 4096
+
+
+def route(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
+          ) -> tuple[dict[str, tuple[np.ndarray, list[Ref]]], dict[str, Ref]]:
+    """``items`` split into chunk references of ``grids`` (per array: flat indices and refs, in the
+    order of ``items``) and the other keys, as ``KeyRouter.locate`` decides key by key."""
+    routed: dict[str, tuple[list[int], list[Ref]]] = {}
+    rest: dict[str, Ref] = {}
+    if not grids:
+        return {}, dict(items)
+    if len(items) < VECTOR_KEYS or not all(g.separator == "." and not g.prefix for g in grids.values()):
+        router = KeyRouter(grids)
+        for k, v in items.items():
+            hit = router.locate(k)
+            if hit is None:
+                rest[k] = v
+            else:
+                r = routed.setdefault(hit[0], ([], []))
+                r[0].append(hit[1])
+                r[1].append(v)
+        return {p: (np.array(f, np.int64), refs) for p, (f, refs) in routed.items()}, rest
+    # every grid's chunk keys are "path/i.j.k" (or "path/0" for a scalar): group by path, then parse
+    cand: dict[str, tuple[list[str], list[str], list[Ref]]] = {p: ([], [], []) for p in grids}
+    for k, v in items.items():
+        head, _, tail = k.rpartition("/")
+        c = cand.get(head)
+        if c is None or not tail[:1].isdigit():
+            rest[k] = v
+        else:
+            c[0].append(k)
+            c[1].append(tail)
+            c[2].append(v)
+    out: dict[str, tuple[np.ndarray, list[Ref]]] = {}
+    for path, (keys, tails, refs) in cand.items():
+        if not keys:
+            continue
+        g = grids[path]
+        flat = (_dotted_flat(tails, g.grid_shape) if g.shape else
+                np.array([0 if t == "0" else -1 for t in tails], np.int64))
+        good = flat >= 0
+        if not good.all():
+            for i in np.flatnonzero(~good).tolist():  # not a chunk key of the grid: a generic key
+                rest[keys[i]] = refs[i]
+            refs = [refs[i] for i in np.flatnonzero(good).tolist()]
+            flat = flat[good]
+        if flat.size:
+            out[path] = (flat, refs)
+    return out, rest
+
+
+def _dotted_flat(tails: list[str], grid: tuple[int, ...]) -> np.ndarray:
+    """Flat C-order chunk index of each ``i.j.k`` in ``tails`` (canonical decimals, one per axis of
+    ``grid``, inside it), -1 where a tail is not one."""
+    n, nd = len(tails), len(grid)
+    out = np.full(n, -1, np.int64)
+    text = "\n".join(tails) + "\n"
+    if not text.isascii():
+        return np.array([_one_flat(t, grid) for t in tails], np.int64)
+    a = np.frombuffer(text.encode(), np.uint8)
+    end = a == 10
+    sep = end | (a == 46)
+    digit = (a >= 48) & (a <= 57)
+    row = np.concatenate(([0], np.cumsum(end)[:-1]))  # the tail of each byte
+    bad = np.zeros(n, bool)
+    np.logical_or.at(bad, row[~(digit | sep)], True)
+    bad |= np.bincount(row[a == 46], minlength=n) != nd - 1
+    starts = np.flatnonzero(np.concatenate(([True], sep[:-1])))  # first byte of each number
+    lens = np.diff(np.concatenate((starts, [a.size]))) - 1  # its digits (the separator excluded)
+    srow = row[starts]
+    np.logical_or.at(bad, srow[(lens < 1) | (lens > 18) | ((a[starts] == 48) & (lens > 1))], True)
+    if bad.all():
+        return out
+    seg = np.cumsum(np.concatenate(([False], sep[:-1])))  # the number of each byte
+    power = lens[seg] - 1 - (np.arange(a.size) - starts[seg])  # 10**power: each digit's weight
+    d = digit & (power >= 0) & (power <= 18)
+    val = np.zeros(starts.size, np.int64)
+    np.add.at(val, seg[d], (a[d] - 48).astype(np.int64) * 10 ** power[d].astype(np.int64))
+    ok = np.flatnonzero(~bad)
+    idx = val[~bad[srow]].reshape(-1, nd)
+    inside = (idx < np.array(grid, np.int64)).all(axis=1)
+    out[ok[inside]] = np.ravel_multi_index(tuple(idx[inside].T), grid)
+    return out
+
+
+def _one_flat(tail: str, grid: tuple[int, ...]) -> int:
+    parts = tail.split(".")
+    if len(parts) != len(grid) or not all(p.isdigit() and p.isascii() and (p == "0" or p[0] != "0")
+                                          for p in parts):
+        return -1
+    idx = [int(p) for p in parts]
+    return int(np.ravel_multi_index(idx, grid)) if all(i < n for i, n in zip(idx, grid)) else -1

@@ -52,6 +52,10 @@ def normalize_value(
             return url, off, n
     if isinstance(value, str):
         if value.startswith("base64:"):
+            try:  # strict mode is fast; what it refuses goes through b64decode's own rules
+                return binascii.a2b_base64(value[7:], strict_mode=True)
+            except (binascii.Error, ValueError):
+                pass
             try:
                 return base64.b64decode(value[7:], validate=True)
             except (binascii.Error, ValueError) as e:

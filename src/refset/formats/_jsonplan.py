@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .._threads import parallel_map
-from ..builder import Builder
+from ..builder import Builder, route
 from ..errors import InvalidReferences
 from ..keys import KeyRouter
 from ..tables import RANGE, WHOLE, ChunkTable, KeyTable, Ref
@@ -19,6 +19,7 @@ from ._json_v0 import normalize_value
 from ._json_v1 import DEFAULT_MAX_GEN
 from ._jsonscan import (
     LOW8,
+    QUOTE_BLOCK,
     U8,
     Fallback,
     check_end,
@@ -54,6 +55,7 @@ class Doc:
         self.nstr = self.q.size // 2
         self.first = 0
         self.members = 0
+        self._plain: bool | None = None
 
     def s(self, j: np.ndarray) -> np.ndarray:
         return self.q[2 * j].astype(np.int64) + 1
@@ -65,7 +67,24 @@ class Doc:
         kj = self.first + 2 * np.arange(m0, m1, dtype=np.int64)
         return self.s(kj), self.e(kj), self.s(kj + 1), self.e(kj + 1)
 
+    @property
+    def plain(self) -> bool:
+        """No control character inside a string (JSON forbids them): a string without a backslash
+        is then its bytes, decoded without the JSON parser. Found block by block (small temporaries)."""
+        if self._plain is None:
+            a, q = self.a, self.q
+            self._plain = not any(
+                (np.searchsorted(q, np.flatnonzero(a[o:o + QUOTE_BLOCK] < 0x20) + o) % 2).any()
+                for o in range(0, a.size, QUOTE_BLOCK))
+        return self._plain
+
     def text(self, s: int, e: int) -> str:
+        raw = self.data[s:e]
+        if self.plain and b"\\" not in raw:
+            try:
+                return raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise Fallback from None
         return decode_string(self.data, s, e)
 
 
@@ -197,10 +216,13 @@ class Plan:
         if not np.all((before == 58) | (before == 91)):
             raise Fallback
         is_str[maybe] = before == 58
-        for m in np.flatnonzero(is_str).tolist():
-            ks, ke, vs, ve = (int(x[0]) for x in doc.spans(m, m + 1))
-            key = doc.text(ks, ke)
-            b.add(key, _inline(doc.data, vs, ve, key, problems))
+        kj = doc.first + 2 * np.flatnonzero(is_str)
+        text = doc.text
+        for ks, ke, vs, ve in zip(doc.s(kj).tolist(), doc.e(kj).tolist(), doc.s(kj + 1).tolist(),
+                                  doc.e(kj + 1).tolist()):
+            key = text(ks, ke)
+            b.add(key, _inline(text(vs, ve), key, problems))
+        del kj
         if problems:
             raise Fallback
         self.string_keys = set(b.items)
@@ -495,18 +517,14 @@ def _columns(
             b.add_chunks(prefix, flat[sel], kind[sel], pid[sel], offset[r], length[r])
 
 
-def _inline(data: bytes, s: int, e: int, key: str, problems: list[str]) -> bytes:
-    v = normalize_value(key, decode_string(data, s, e), problems)
+def _inline(value: str, key: str, problems: list[str]) -> bytes:
+    v = normalize_value(key, value, problems)
     return v if isinstance(v, bytes) else b""
 
 
 def _collides(b: Builder, router: KeyRouter, batches: list[tuple[Any, ...]]) -> bool:
     """Whether a single key names a chunk that a classified list member also holds."""
-    routed: dict[str, list[int]] = {}
-    for key in b.items:
-        hit = router.locate(key)
-        if hit is not None:
-            routed.setdefault(hit[0], []).append(hit[1])
+    routed = {p: f for p, (f, _) in route(b.items, router.grids)[0].items()}
     if not routed:
         return False
     for _m0, _m1, _rows, names, aid, flat in batches:
