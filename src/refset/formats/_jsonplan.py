@@ -4,6 +4,7 @@ chunk references column-wise (:meth:`Plan.finish`, the costly part)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,6 @@ from ._json_v0 import normalize_value
 from ._json_v1 import DEFAULT_MAX_GEN
 from ._jsonscan import (
     LOW8,
-    QUOTE_BLOCK,
     U8,
     Fallback,
     check_end,
@@ -40,6 +40,7 @@ __all__ = ["Plan", "Doc", "plan_document", "MIN_SIZE"]
 MIN_SIZE = 1 << 16  # smaller documents parse faster with the generic parser
 
 
+_ESCAPE_OR_CONTROL = re.compile(rb"[\x00-\x1f\\]")  # a backslash, or a byte JSON forbids in a string
 BATCH = 1 << 15  # members parsed together: bounds the temporary memory
 KEY_BATCH = 1 << 17  # members whose keys are classified together (keys only: little memory)
 
@@ -55,7 +56,6 @@ class Doc:
         self.nstr = self.q.size // 2
         self.first = 0
         self.members = 0
-        self._plain: bool | None = None
 
     def s(self, j: np.ndarray) -> np.ndarray:
         return self.q[2 * j].astype(np.int64) + 1
@@ -67,20 +67,9 @@ class Doc:
         kj = self.first + 2 * np.arange(m0, m1, dtype=np.int64)
         return self.s(kj), self.e(kj), self.s(kj + 1), self.e(kj + 1)
 
-    @property
-    def plain(self) -> bool:
-        """No control character inside a string (JSON forbids them): a string without a backslash
-        is then its bytes, decoded without the JSON parser. Found block by block (small temporaries)."""
-        if self._plain is None:
-            a, q = self.a, self.q
-            self._plain = not any(
-                (np.searchsorted(q, np.flatnonzero(a[o:o + QUOTE_BLOCK] < 0x20) + o) % 2).any()
-                for o in range(0, a.size, QUOTE_BLOCK))
-        return self._plain
-
     def text(self, s: int, e: int) -> str:
         raw = self.data[s:e]
-        if self.plain and b"\\" not in raw:
+        if _ESCAPE_OR_CONTROL.search(raw) is None:  # its bytes are the string: no JSON parser needed
             try:
                 return raw.decode("utf-8")
             except UnicodeDecodeError:
