@@ -94,11 +94,44 @@ class NotVectorisable(Exception):
 Part = str | np.ndarray
 
 
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _bounds(v: np.ndarray | int) -> tuple[int, int]:
+    """(min, max) of an int64 column or an integer, as Python ints."""
+    if isinstance(v, np.ndarray):
+        return (int(v.min()), int(v.max())) if v.size else (0, 0)
+    return v, v
+
+
+def _checked(node: Any, a: np.ndarray | int, b: np.ndarray | int) -> None:
+    """Raise NotVectorisable when ``a <op> b`` could leave int64 for some item (the jinja2 path then
+    computes it exactly with Python integers): numpy's integer arithmetic wraps silently."""
+    from jinja2 import nodes
+
+    (alo, ahi), (blo, bhi) = _bounds(a), _bounds(b)
+    if isinstance(node, nodes.Add):
+        lo, hi = alo + blo, ahi + bhi
+    elif isinstance(node, nodes.Sub):
+        lo, hi = alo - bhi, ahi - blo
+    elif isinstance(node, nodes.Mul):
+        corners = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+        lo, hi = min(corners), max(corners)
+    else:  # // and %: only -2**63 // -1 leaves int64
+        lo, hi = 0, 0
+        if alo == _I64_MIN and blo <= -1 <= bhi:
+            raise NotVectorisable
+    if lo < _I64_MIN or hi > _I64_MAX:
+        raise NotVectorisable
+
+
 def _eval(node: Any, dims: Mapping[str, np.ndarray], plain: Mapping[str, str]) -> Part | int:
     from jinja2 import nodes
 
     if isinstance(node, nodes.Const):
         if isinstance(node.value, bool) or not isinstance(node.value, (int, str)):
+            raise NotVectorisable
+        if isinstance(node.value, int) and not _I64_MIN <= node.value <= _I64_MAX:
             raise NotVectorisable
         return node.value
     if isinstance(node, nodes.Name):
@@ -110,6 +143,8 @@ def _eval(node: Any, dims: Mapping[str, np.ndarray], plain: Mapping[str, str]) -
     if isinstance(node, (nodes.Neg, nodes.Pos)):
         v = _eval(node.node, dims, plain)
         if isinstance(v, str):
+            raise NotVectorisable
+        if isinstance(node, nodes.Neg) and _bounds(v)[0] == _I64_MIN:
             raise NotVectorisable
         return -v if isinstance(node, nodes.Neg) else v
     ops: dict[type, Callable[[Any, Any], Any]] = {
@@ -127,24 +162,29 @@ def _eval(node: Any, dims: Mapping[str, np.ndarray], plain: Mapping[str, str]) -
         raise NotVectorisable
     if isinstance(node, (nodes.FloorDiv, nodes.Mod)) and np.any(np.asarray(b) == 0):
         raise NotVectorisable  # let jinja report the division by zero
-    with np.errstate(over="raise"):
-        try:
-            return op(a, b)  # type: ignore[no-any-return]
-        except FloatingPointError:
-            raise NotVectorisable from None
+    _checked(node, a, b)
+    return op(a, b)  # type: ignore[no-any-return]
+
+
+def parse(text: str) -> Any:
+    """The jinja2 syntax tree of ``text``; ValueError naming the syntax problem."""
+    import jinja2
+
+    try:
+        return _env().parse(text)
+    except jinja2.TemplateSyntaxError as e:
+        raise ValueError(f"template syntax error: {e.message}") from None
+    except (ValueError, OverflowError, RecursionError, MemoryError) as e:  # e.g. a huge literal
+        raise ValueError(f"template syntax error: {type(e).__name__}: {e}") from None
 
 
 def compile_expr(
     text: str, dims: Mapping[str, np.ndarray], plain: Mapping[str, str]
 ) -> list[Part]:
     """``text`` as literal strings and int64 arrays, or raise :class:`NotVectorisable`."""
-    import jinja2
     from jinja2 import nodes
 
-    try:
-        tree = _env().parse(text)
-    except jinja2.TemplateSyntaxError as e:
-        raise ValueError(f"template syntax error: {e.message}") from None
+    tree = parse(text)
     out: list[Part] = []
     for stmt in tree.body:
         if not isinstance(stmt, nodes.Output):
