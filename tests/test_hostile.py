@@ -93,6 +93,11 @@ def test_gen_url_syntax_error(url):
         refset.load(doc)
 
 
+def test_from_items_refuses_offsets_past_the_bound():
+    with pytest.raises(InvalidReferences, match=r"refs\['k'\]: offset 9223372036854775807 \+ length 1"):
+        refset.ReferenceSet.from_items([("k", ("u", 2**63 - 1, 1))])
+
+
 def test_builder_refuses_columns_past_the_bound():
     from refset.builder import Builder
 
@@ -103,3 +108,96 @@ def test_builder_refuses_columns_past_the_bound():
     with pytest.raises(InvalidReferences, match=r"refs\['k1'\]: offset 4611686018427387904 \+ length"):
         b.add_keys(np.array(["k0", "k1"]), np.ones(2, np.uint8), np.zeros(2, np.int64),
                    np.array([0, 2**62], np.uint64), np.array([0, 2**62], np.uint64))
+
+
+# -- parquet: nothing outside the target -----------------------------------------------------------
+
+
+def _arrays_at(path: str) -> dict:
+    return {f"{path}/.zarray": zarray([2], [1]), f"{path}/0": ["u", 0, 4]}
+
+
+@pytest.mark.parametrize(("path", "why"), [
+    ("../../escape", "has a '..' component"),
+    ("a/../../escape", "has a '..' component"),
+    ("/tmp/abs", "is absolute"),
+    ("a\0b", "contains a NUL character"),
+    ("x" * 300, "has a component longer than 255 bytes"),
+    ("a//b", "has an empty component"),
+])
+def test_parquet_writer_refuses_unsafe_array_paths(tmp_path, path, why):
+    out = tmp_path / "deep" / "er" / "refs.parq"
+    out.parent.mkdir(parents=True)
+    rs = refset.load(_arrays_at(path))
+    with pytest.raises(refset.errors.Unsupported, match=f"array path .* {why}"):
+        refset.save(rs, str(out), format="parquet")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["deep", "er"]  # nothing created anywhere
+
+
+def test_parquet_reader_refuses_dotdot_in_zmetadata(tmp_path):
+    good = tmp_path / "refs.parq"
+    refset.save(refset.load(_arrays_at("escape")), str(good), format="parquet")
+    # a hostile directory: .zmetadata names ../escape, whose record file lies beside the directory
+    (tmp_path / "escape").mkdir()
+    (good / "escape" / "refs.0.parq").rename(tmp_path / "escape" / "refs.0.parq")
+    doc = json.loads((good / ".zmetadata").read_text())
+    doc["metadata"] = {"../escape/.zarray": doc["metadata"]["escape/.zarray"]}
+    (good / ".zmetadata").write_text(json.dumps(doc))
+    with pytest.raises(InvalidReferences, match=r"metadata\['../escape/.zarray'\]: array path has a '..' "
+                                                r"component"):
+        refset.load(str(good))
+
+
+def test_parquet_reader_refuses_corrupt_zarray(tmp_path):
+    out = tmp_path / "refs.parq"
+    refset.save(refset.load(_arrays_at("v")), str(out), format="parquet")
+    doc = json.loads((out / ".zmetadata").read_text())
+    doc["metadata"]["v/.zarray"] = '{"shape": [2], "chunks": [1],'  # truncated: not JSON
+    (out / ".zmetadata").write_text(json.dumps(doc))
+    with pytest.raises(InvalidReferences, match=r"metadata\['v/.zarray'\]: not JSON"):
+        refset.load(str(out))
+    doc["metadata"]["v/.zarray"] = {"shape": [2], "chunks": [0]}
+    (out / ".zmetadata").write_text(json.dumps(doc))
+    with pytest.raises(InvalidReferences, match=r"metadata\['v/.zarray'\]: does not describe a regular"):
+        refset.load(str(out))
+
+
+def test_parquet_reader_refuses_offsets_past_the_bound(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "refs.parq"
+    refset.save(refset.load(_arrays_at("v")), str(out), format="parquet")
+    for off, size, why in [(2**63, 4, "negative values"), (2**62, 2**62, r"row 0: offset 4611686018427387904 "
+                                                                          r"\+ size 4611686018427387904")]:
+        t = pa.table({"path": ["u"], "offset": pa.array([off], pa.uint64()), "size": [size],
+                      "raw": pa.array([None], pa.binary())})
+        pq.write_table(t, out / "v" / "refs.0.parq")
+        with pytest.raises(InvalidReferences, match=why):
+            refset.load(str(out))["v/0"]
+
+
+def test_packed_reader_refuses_offsets_past_the_bound(tmp_path):
+    from refset.source import MemorySource
+    from refset.tables import ChunkTable
+
+    rs = refset.load(_arrays_at("v"))
+    # a table built without the checks of from_tables, as a corrupt or hostile file would decode to
+    g = rs.grids["v"]
+    t = ChunkTable(g, np.array([1, 1], np.uint8), np.zeros(2, np.uint64), np.array([0, 2**63], np.uint64),
+                   np.array([4, 4], np.uint64), {})
+    with pytest.raises(InvalidReferences, match=r"array 'v', chunk 1 .*offset 9223372036854775808"):
+        refset.ReferenceSet.from_tables(rs.urls, {"v": t}, rs.other)
+    bad = refset.ReferenceSet(MemorySource(rs.urls, {"v": t}, rs.other, {"format": "memory"}))
+    for fmt in ("json", "v1", "parquet", "packed"):  # writers refuse it
+        with pytest.raises(InvalidReferences, match=r"array 'v', chunk 1 .*offset 9223372036854775808"):
+            refset.save(bad, str(tmp_path / f"out.{fmt}"), format=fmt)
+    assert not list(tmp_path.glob("out.*"))
+    from refset.formats._packed import write_packed
+
+    p = tmp_path / "x.refs"
+    write_packed(bad, str(p))  # the codec itself holds any uint64: the reader must refuse
+    with pytest.raises(InvalidReferences, match=r"cell 1: offset 9223372036854775808 \+ length 4 must be below"):
+        refset.load(str(p))["v/1"]
+    with pytest.raises(InvalidReferences, match=r"cell 1: offset 9223372036854775808"):
+        refset.load(str(p)).to_dict()
