@@ -201,3 +201,91 @@ def test_packed_reader_refuses_offsets_past_the_bound(tmp_path):
         refset.load(str(p))["v/1"]
     with pytest.raises(InvalidReferences, match=r"cell 1: offset 9223372036854775808"):
         refset.load(str(p)).to_dict()
+
+
+# -- JSON text -----------------------------------------------------------------------------------
+
+
+def _big_doc(n: int = 5000) -> dict:
+    doc = {".zgroup": '{"zarr_format":2}', "x/.zarray": zarray([n], [1])}
+    doc.update({f"x/{i}": ["/d.bin", i, 4] for i in range(n)})
+    return doc
+
+
+@pytest.mark.parametrize("where", ["start", "colon", "list", "comma", "end", "many"])
+def test_long_whitespace_runs_are_skipped_fast(tmp_path, where):
+    import time
+
+    doc = _big_doc()
+    text = json.dumps(doc)
+    sp = " \n\t\r" * 250_000  # 1 MB of whitespace
+    text = {
+        "start": lambda: "{" + sp + text[1:],
+        "colon": lambda: text.replace('"x/7": [', '"x/7":' + sp + "["),
+        "list": lambda: text.replace('"x/7": ["/d.bin", 7,', '"x/7": ["/d.bin",' + sp + "7" + sp + ","),
+        "comma": lambda: text.replace('"x/7": ["/d.bin", 7, 4],', '"x/7": ["/d.bin", 7, 4]' + sp + ","),
+        "end": lambda: text[:-1] + sp + "}" + sp,
+        "many": lambda: text.replace('4], "x/', "4]," + " " * 300 + '"x/'),
+    }[where]()
+    p = tmp_path / "ws.json"
+    p.write_text(text)
+    t0 = time.perf_counter()
+    for lazy in (False, True):
+        assert refset.load(str(p), lazy=lazy).to_dict() == refset.load(doc).to_dict()
+    assert time.perf_counter() - t0 < 10  # was 5-40 s per MB, one numpy step per byte
+    from refset.formats._jsonplan import plan_document
+
+    assert plan_document(p.read_bytes()) is not None  # the vectorised reader took it
+
+
+def test_control_character_after_a_long_run_is_refused(tmp_path):
+    text = json.dumps(_big_doc()).replace('"x/7": [', '"x/7":' + " " * 100 + "\x01[")
+    p = tmp_path / "c.json"
+    p.write_text(text)
+    with pytest.raises(InvalidReferences, match="invalid JSON"):
+        refset.load(str(p))
+
+
+def test_corrupt_gzip_inside_the_stream(tmp_path):
+    import gzip
+
+    z = gzip.compress(json.dumps(_big_doc()).encode())
+    p = tmp_path / "c.json.gz"
+    p.write_bytes(z[:100] + b"\0" * 2000 + z[2100:])  # zlib.error, not OSError
+    with pytest.raises(InvalidReferences, match="corrupt gzip data"):
+        refset.load(str(p))
+
+
+def test_zstd_of_several_frames(tmp_path):
+    import zstandard
+
+    text = json.dumps(_big_doc()).encode()
+    z = zstandard.ZstdCompressor()
+    p = tmp_path / "c.json.zst"
+    p.write_bytes(z.compress(text[:1000]) + z.compress(text[1000:50_000]) + z.compress(text[50_000:]))
+    assert refset.load(str(p)).to_dict() == refset.load(_big_doc()).to_dict()
+
+
+@pytest.mark.parametrize("where", ["document", "value", "zarray"])
+def test_deep_nesting(tmp_path, where):
+    deep = "[" * 100_000 + "]" * 100_000
+    text = {"document": deep,
+            "value": json.dumps(_big_doc())[:-1] + ', "deep": ' + deep + "}",
+            "zarray": '{"x/.zarray": ' + deep + "}"}[where]
+    p = tmp_path / "deep.json"
+    p.write_text(text)
+    with pytest.raises(InvalidReferences, match=r"nested too deeply|value must be"):
+        refset.load(str(p))
+
+
+def test_numpy_values_in_a_dict():
+    meta = {"shape": [np.int64(4)], "chunks": [np.int32(1)], "dtype": "<f4", "compressor": None,
+            "fill_value": np.float32(0.5), "filters": None, "order": "C", "zarr_format": 2}
+    rs = refset.load({"x/.zarray": meta, "x/1": ["u", np.int64(3), np.uint8(4)]})
+    assert rs.grids["x"].shape == (4,)
+    assert json.loads(rs["x/.zarray"])["fill_value"] == 0.5
+    assert rs["x/1"] == ("u", 3, 4)
+    with pytest.raises(InvalidReferences, match=r'refs\["x/.zattrs"\]: not JSON-serialisable'):
+        refset.load({"x/.zattrs": {"a": object()}})
+    m = refset.ReferenceSet.from_arrays({"x/.zarray": meta}, {}, [])
+    assert m.grids["x"].chunks == (1,)

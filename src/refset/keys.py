@@ -218,7 +218,7 @@ def grid_from_metadata(name: str, text: bytes) -> ChunkGrid | None:
     """
     try:
         meta = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return grid_from_document(name, meta)
 

@@ -62,10 +62,12 @@ def decode_zmetadata(raw: bytes, where: str) -> Any:
     try:
         return msgspec.json.decode(raw)
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        first: Exception = e
+    except RecursionError as e:
         first = e
     try:
         return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise InvalidReferences(f"{where}: not JSON ({first})") from None
 
 

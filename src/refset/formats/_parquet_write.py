@@ -56,7 +56,7 @@ def _split_other(rs: ReferenceSet) -> tuple[dict[str, object], list[tuple[str, i
             try:
                 meta[key] = json.loads(data)
                 continue
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 pass
         rest.append((key, kind, pid, off, ln, data))
     return meta, rest
