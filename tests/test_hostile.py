@@ -289,3 +289,72 @@ def test_numpy_values_in_a_dict():
         refset.load({"x/.zattrs": {"a": object()}})
     m = refset.ReferenceSet.from_arrays({"x/.zarray": meta}, {}, [])
     assert m.grids["x"].chunks == (1,)
+
+
+# -- HTTP faults -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def served(tmp_path):
+    from .httpserver import RangeServer
+
+    (tmp_path / "d.bin").write_bytes(bytes(range(256)) * 4)
+    with RangeServer(tmp_path) as srv:
+        yield srv
+
+
+def _http_refs(srv) -> dict:
+    u = srv.url + "/d.bin"
+    return {**META, "x/0": [u, 100, 4], "x/1": [u, 104, 4], "x/2": [u, 500, 8], "x/3": [u, 1000, 4]}
+
+
+def test_http_shifted_content_range_is_refused(served):
+    from refset.errors import ReferenceNotReachable
+
+    fs = refset.ReferenceFileSystem(_http_refs(served))
+    assert fs.cat("x/0") == bytes([100, 101, 102, 103])
+    served.fault = "shift"
+    with pytest.raises(ReferenceNotReachable, match=r"'x/0'.*Content-Range 'bytes 101-104/1024'"):
+        fs.cat("x/0")
+    out = fs.cat(["x/0", "x/2"], on_error="return")  # the batched path plans and checks blocks too
+    assert all(isinstance(v, ReferenceNotReachable) for v in out.values())
+    served.fault = None
+    assert fs.cat(["x/0", "x/2"]) == {"x/0": bytes([100, 101, 102, 103]), "x/2": bytes(range(244, 252))}
+
+
+def test_http_silent_server_times_out_with_retries(served):
+    import time
+
+    from refset.errors import ReferenceNotReachable
+
+    served.fault = "stall"
+    fs = refset.ReferenceFileSystem(_http_refs(served), timeout=0.5, retries=1)
+    t0 = time.perf_counter()
+    with pytest.raises(ReferenceNotReachable, match=r"'x/0'.*no answer .* within 0.5 s \(attempt 2 of 2\)"):
+        fs.cat("x/0")
+    assert time.perf_counter() - t0 < 5
+    assert served.requests == 2
+
+
+def test_default_timeouts_end_a_silent_read_within_two_minutes():
+    from refset.fetch import DEFAULT_TIMEOUT, RETRIES, Targets
+
+    t = Targets()
+    assert (t.timeout, t.retries) == (DEFAULT_TIMEOUT, RETRIES)
+    backoff = sum(0.05 * 2**a for a in range(1, RETRIES + 1))
+    assert DEFAULT_TIMEOUT * (RETRIES + 1) + backoff < 120
+    with pytest.raises(ValueError, match="timeout"):
+        Targets(timeout=0)
+
+
+def test_check_content_range():
+    from refset.errors import ShortRead
+    from refset.fetch import check_content_range
+
+    assert check_content_range("u", 2, 6, 206, "bytes 2-5/10", b"abcd") == b"abcd"
+    assert check_content_range("u", 2, 6, 206, "bytes 2-5/*", b"abcd") == b"abcd"
+    assert check_content_range("u", 2, 6, 200, None, b"0123456789") == b"2345"  # range ignored
+    for status, cr, data in [(206, "bytes 3-6/10", b"abcd"), (206, None, b"abcd"), (206, "bytes 2-5/10", b"abc"),
+                             (206, "bytes 2-7/10", b"abcdef"), (204, None, b""), (206, "items 2-5/10", b"abcd")]:
+        with pytest.raises(ShortRead):
+            check_content_range("u", 2, 6, status, cr, data)
