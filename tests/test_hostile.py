@@ -358,3 +358,67 @@ def test_check_content_range():
                              (206, "bytes 2-7/10", b"abcdef"), (204, None, b""), (206, "items 2-5/10", b"abcd")]:
         with pytest.raises(ShortRead):
             check_content_range("u", 2, 6, status, cr, data)
+
+
+# -- template bombs: a subprocess with a memory cap and a timeout -----------------------------------
+
+BOMBS = [
+    "{{ 7**(7**9) }}",
+    "{{ 10**(10**10) }}",
+    "{{ 1 }}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "{{ 1 }}{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+    "{{ lipsum(10**7) }}",
+    "{{ 'a'*10**9 }}",
+    "{{ 'a'.center(10**9) }}",
+    "{{ 'a'|center(10**9) }}",
+    "{{ '%999999999d' % 1 }}",
+    "{{ '%999999999d'|format(1) }}",
+    "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+    "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s }}",
+    "{{ 9**99999 * 9**99999 }}",
+]
+
+_BOMB_RUNNER = """
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # 1 GiB: a bomb cannot take the machine
+import refset
+where, text = sys.argv[1], sys.argv[2]
+doc = {"version": 1, "templates": {"f": text}, "refs": {"k": ["{{ f() }}" if where == "function" else text, 0, 1]}}
+if where == "gen":
+    doc = {"version": 1, "gen": [{"key": "k{{i}}", "url": text, "dimensions": {"i": {"stop": 3}}}]}
+t0 = time.monotonic()
+try:
+    refset.load(doc)
+    print("LOADED")
+except refset.errors.InvalidReferences as e:
+    print("REFUSED", round(time.monotonic() - t0, 2), str(e)[:300])
+"""
+
+
+@pytest.mark.parametrize("where", ["url", "function", "gen"])
+@pytest.mark.parametrize("bomb", BOMBS)
+def test_template_bombs_are_bounded(bomb, where):
+    import subprocess
+    import sys
+
+    env = {"PYTHONPATH": str(Path(refset.__file__).parents[1]), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-c", _BOMB_RUNNER, where, bomb], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("REFUSED"), r.stdout
+    seconds = float(r.stdout.split()[1])
+    assert seconds < 10
+    assert "template" in r.stdout
+
+
+def test_template_limits_are_configurable():
+    doc = {"version": 1, "refs": {"k": ["{{ 'a' * 1000 }}", 0, 1]}}
+    assert refset.load(doc)["k"][0] == "a" * 1000
+    old = refset.set_template_limits(memory=100)
+    try:
+        with pytest.raises(InvalidReferences, match=r"refs\[\"k\"\]\[0\]: template error: a repeated sequence "
+                                                     r"of 1000 bytes is over the template memory limit of 100"):
+            refset.load(doc)
+    finally:
+        refset.set_template_limits(seconds=old.seconds, memory=old.memory)
+    assert refset.load(doc)["k"][0] == "a" * 1000

@@ -329,12 +329,12 @@ def _expand_slowly(
     for j in range(total):
         ctx = {**templates.context, **{k: v[j] for k, v in cols.items()}}
         try:
-            key = render(g["key"], ctx)
-            url = render(g["url"], ctx)
+            key = render(g["key"], ctx, templates.budget)
+            url = render(g["url"], ctx, templates.budget)
             if has_range:
                 nums = []
                 for f in ("offset", "length"):
-                    text = render(str(g[f]), ctx).strip()
+                    text = render(str(g[f]), ctx, templates.budget).strip()
                     try:
                         n = int(text)
                     except ValueError:
