@@ -1,5 +1,5 @@
 """A small HTTP file server for tests and benchmarks: 127.0.0.1, Range requests, optional delay per
-request, request counting.
+request, request counting, fault modes (``fault="stall"`` or ``"shift"``).
 
 In a test::
 
@@ -58,6 +58,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.bump()
         if self.server.delay:
             time.sleep(self.server.delay)
+        if self.server.fault == "stall":  # read the request, never answer
+            self.server.stopping.wait(600)
+            self.close_connection = True
+            return
         path = self._file()
         if path is None:
             self.send_response(404)
@@ -87,6 +91,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 return
             status = 206
+        if status == 206 and self.server.fault == "shift" and end < size:
+            start, end = start + 1, end + 1  # the right length, the wrong bytes, and says so
         self.send_response(status)
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(end - start))
@@ -114,6 +120,8 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), _Handler)
         self.root = os.path.realpath(root)
         self.delay = delay
+        self.fault: str | None = None  # "stall": never answer; "shift": 206 one byte later
+        self.stopping = threading.Event()
         self.count = 0
         self.nbytes = 0
         self._lock = threading.Lock()
@@ -127,8 +135,9 @@ class _Server(ThreadingHTTPServer):
 class RangeServer:
     """Serve ``root`` over HTTP on an ephemeral port of 127.0.0.1, in a background thread."""
 
-    def __init__(self, root: str | os.PathLike[str], *, delay: float = 0.0) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, delay: float = 0.0, fault: str | None = None) -> None:
         self._srv = _Server(os.fspath(root), delay)
+        self.fault = fault
         self._thread = threading.Thread(target=self._srv.serve_forever, daemon=True)
 
     @property
@@ -156,11 +165,24 @@ class RangeServer:
     def delay(self, value: float) -> None:
         self._srv.delay = value
 
+    @property
+    def fault(self) -> str | None:
+        """A fault mode: None, ``"stall"`` (read each request, never answer) or ``"shift"`` (range
+        answers start one byte late, with a Content-Range saying so and the right length)."""
+        return self._srv.fault
+
+    @fault.setter
+    def fault(self, value: str | None) -> None:
+        if value not in (None, "stall", "shift"):
+            raise ValueError(f"unknown fault {value!r}")
+        self._srv.fault = value
+
     def __enter__(self) -> RangeServer:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._srv.stopping.set()
         self._srv.shutdown()
         self._srv.server_close()
         self._thread.join(5)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .combine import combine
 from .errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
 from .formats import load, save
+from .formats._templates import TemplateLimits, set_template_limits
 from .keys import ChunkGrid
 from .model import ReferenceSet
 from .scan import scan
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "set_template_limits",
+    "TemplateLimits",
     "load",
     "save",
     "scan",

@@ -9,9 +9,23 @@ import numpy as np
 
 from .errors import InvalidReferences
 from .keys import METADATA_NAMES, ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
-from .tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, Row, _compact, min_uint
+from .tables import INLINE, MAX_END, RANGE, WHOLE, ChunkTable, KeyTable, Ref, Row, _compact, min_uint
 
-__all__ = ["Builder", "route"]
+__all__ = ["Builder", "check_ends", "route"]
+
+
+def check_ends(kind: np.ndarray, offset: np.ndarray, length: np.ndarray) -> int:
+    """Index of the first range reference with ``offset + length >= 2**63`` (or either beyond), or -1.
+    One vectorised pass (negative values count as huge); columns of less than 64 bits cannot reach
+    the bound."""
+    offset, length = np.asarray(offset), np.asarray(length)
+    if offset.dtype.itemsize < 8 and length.dtype.itemsize < 8:
+        return -1
+    o, n = offset.astype(np.uint64, copy=False), length.astype(np.uint64, copy=False)
+    top = np.uint64(MAX_END)
+    bad = (o >= top) | (n >= top) | (o + n >= top)
+    bad &= np.asarray(kind) == RANGE
+    return int(np.argmax(bad)) if bad.any() else -1
 
 
 class Builder:
@@ -60,6 +74,10 @@ class Builder:
             path_id = self._own_ids(path_id, urls)
         path_id = np.where(kind == INLINE, 0, np.asarray(path_id, np.int64))
         flat = np.asarray(flat, np.int64)
+        bad = check_ends(kind, offset, length)
+        if bad >= 0:
+            raise InvalidReferences(f"array {path!r}, chunk {int(flat[bad])} (flat index): offset "
+                                    f"{int(offset[bad])} + length {int(length[bad])} must be below 2**63")
         self.batches.append((
             path,
             flat.astype(np.int32) if flat.size and flat.max() < 2**31 else flat,
@@ -84,6 +102,10 @@ class Builder:
         Keys that turn out to be chunk keys of a grid are routed to its table; the others go to the
         generic table without a Python object per key until it is built.
         """
+        bad = check_ends(kind, offset, length)
+        if bad >= 0:
+            raise InvalidReferences(f"refs[{str(keys[bad])!r}]: offset {int(offset[bad])} + length "
+                                    f"{int(length[bad])} must be below 2**63")
         if urls is not None:
             path_id = self._own_ids(path_id, urls)
         self.key_batches.append((keys, np.asarray(kind, np.uint8), np.asarray(path_id, np.int64),

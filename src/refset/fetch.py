@@ -33,12 +33,15 @@ __all__ = [
     "DEFAULT_MAX_GAP",
     "DEFAULT_MAX_BLOCK",
     "DEFAULT_MAX_INFLIGHT",
+    "DEFAULT_TIMEOUT",
+    "RETRIES",
 ]
 
 DEFAULT_MAX_GAP = 64_000  # bytes; as fsspec's ReferenceFileSystem
 DEFAULT_MAX_BLOCK = 256_000_000  # bytes; as fsspec's ReferenceFileSystem
 DEFAULT_MAX_INFLIGHT = 64  # requests in flight at once per reader
 RETRIES = 2  # extra attempts after a transient failure
+DEFAULT_TIMEOUT = 30.0  # seconds per attempt (connect + answer); with retries a silent server fails in ~91 s
 _GAP_CAP = 1 << 40  # max_gap beyond this merges everything in a file anyway; keeps int64 arithmetic safe
 
 
@@ -151,7 +154,11 @@ async def acall(fs: Any, name: str, *args: Any, **kwargs: Any) -> Any:
         if _is_in_memory(fs):
             return meth(*args, **kwargs)
         return await asyncio.to_thread(meth, *args, **kwargs)
-    coro_fn = getattr(fs, "_" + name)
+    return await on_loop(fs, getattr(fs, "_" + name), *args, **kwargs)
+
+
+async def on_loop(fs: Any, coro_fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Await ``coro_fn(*args, **kwargs)`` on the loop async filesystem ``fs`` belongs to."""
     own = getattr(fs, "_loop", None)
     running = asyncio.get_running_loop()
     if own is None or own is running or not own.is_running() or own.is_closed():
@@ -175,6 +182,8 @@ class Targets:
     ``{protocol: instance | options dict}``. ``remote_options`` configure the filesystem of
     ``remote_protocol`` (or, when that is not given, every filesystem created here). URLs without a
     protocol are local paths, unless ``remote_protocol`` (or a single ``fs``) says otherwise.
+    ``timeout``: seconds one attempt of a read may take (None: no limit); ``retries``: further
+    attempts after a transient failure or a timeout, with exponential backoff.
     """
 
     def __init__(
@@ -183,7 +192,15 @@ class Targets:
         remote_protocol: str | None = None,
         remote_options: Mapping[str, Any] | None = None,
         fs: Any = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        retries: int = RETRIES,
     ) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout: expected a positive number of seconds or None, got {timeout!r}")
+        if not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries: expected a non-negative integer, got {retries!r}")
+        self.timeout = timeout
+        self.retries = retries
         self.remote_protocol = remote_protocol
         # we manage event loops ourselves: an "asynchronous" flag given for fsspec's sake is dropped
         self.remote_options = {
@@ -266,20 +283,71 @@ def _transient(e: BaseException) -> bool:
     return mod.startswith(("aiohttp", "botocore", "aiobotocore", "requests", "urllib3"))
 
 
+def _is_http(fs: Any) -> bool:
+    mod = type(fs).__module__ or ""
+    return mod.startswith("fsspec.implementations.http") and hasattr(fs, "set_session")
+
+
+def check_content_range(url: str, start: int, end: int, status: int, content_range: str | None,
+                        data: bytes) -> bytes:
+    """The bytes ``[start, end)`` of an HTTP answer to ``Range: bytes=start-(end-1)``: a 206 must say
+    in ``Content-Range`` that it holds exactly the bytes it carries, starting at ``start``; a 200 (the
+    server ignored the range) holds the whole file. Anything else is a ShortRead naming the mismatch."""
+    import re
+
+    if status == 200:
+        return data[start:end]
+    if status != 206:
+        raise ShortRead(f"{url}: HTTP {status} to a range request for bytes {start}-{end - 1}")
+    m = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", content_range or "")
+    if m is None:
+        raise ShortRead(f"{url}: 206 answer to bytes {start}-{end - 1} without a valid Content-Range "
+                        f"({content_range!r})")
+    a, b = int(m.group(1)), int(m.group(2))
+    if a != start or b < a or b >= end or b - a + 1 != len(data):
+        raise ShortRead(f"{url}: asked for bytes {start}-{end - 1}, the server answered Content-Range "
+                        f"{content_range!r} with {len(data)} bytes")
+    return data
+
+
+async def _http_range(fs: Any, url: str, start: int, end: int) -> bytes:
+    """fsspec's HTTP range read, with the answer checked against ``Content-Range``."""
+    kw = dict(fs.kwargs)
+    headers = dict(kw.pop("headers", None) or {})
+    headers["Range"] = f"bytes={start}-{end - 1}"
+    session = await fs.set_session()
+    async with session.get(fs.encode_url(url), headers=headers, **kw) as r:
+        data = await r.read()
+        fs._raise_not_found_for_status(r, url)
+        status, content_range = r.status, r.headers.get("Content-Range")
+    return check_content_range(url, start, end, status, content_range, data)
+
+
 async def read_range(
-    targets: Targets, url: str, start: int | None, end: int | None, *, retries: int = RETRIES
+    targets: Targets, url: str, start: int | None, end: int | None, *, retries: int | None = None
 ) -> bytes:
     """Bytes ``[start, end)`` of ``url`` (None: from the beginning / to the end), retrying transient
-    failures. Never longer than asked; a shorter answer is left for the caller to judge."""
+    failures and timeouts (``targets.timeout`` per attempt, ``targets.retries`` more attempts, backoff
+    0.1 s doubling). Never longer than asked; a shorter answer is left for the caller to judge."""
     fs = targets.for_url(url)
+    retries = getattr(targets, "retries", RETRIES) if retries is None else retries
+    timeout = getattr(targets, "timeout", DEFAULT_TIMEOUT)
+    ranged = start is not None and end is not None and 0 <= start < end
     attempt = 0
     while True:
         try:
-            data = await acall(fs, "cat_file", url, start=start, end=end)
+            if ranged and _is_http(fs):
+                call = on_loop(fs, _http_range, fs, url, start, end)
+            else:
+                call = acall(fs, "cat_file", url, start=start, end=end)
+            data = await asyncio.wait_for(call, timeout)
             break
         except Exception as e:
+            if isinstance(e, TimeoutError | asyncio.TimeoutError):
+                e = TimeoutError(f"no answer from {url} within {timeout} s (attempt {attempt + 1} of "
+                                 f"{retries + 1})")
             if attempt >= retries or not _transient(e):
-                raise
+                raise e from None
             attempt += 1
             await asyncio.sleep(0.05 * 2**attempt)
     if start is not None and end is not None and start >= 0 and end >= 0 and len(data) > end - start:

@@ -23,6 +23,8 @@ from .fetch import (
     DEFAULT_MAX_BLOCK,
     DEFAULT_MAX_GAP,
     DEFAULT_MAX_INFLIGHT,
+    DEFAULT_TIMEOUT,
+    RETRIES,
     RangeReader,
     Targets,
     acall,
@@ -78,6 +80,11 @@ class ReferenceFileSystem(AsyncFileSystem):
         block stays ``<= max_block`` bytes.
     max_inflight
         Requests in flight at once per batched read.
+    timeout, retries
+        Seconds one attempt to read a target may take (default 30; None: no limit) and further
+        attempts after a timeout or a transient failure (default 2, backoff 0.1 s doubling): a
+        silent server gives ``ReferenceNotReachable`` after about 91 s by default. HTTP range
+        answers are checked against their ``Content-Range``.
     target, simple_templates, cache_size
         Accepted for compatibility with fsspec; refset does not need them.
     """
@@ -104,13 +111,16 @@ class ReferenceFileSystem(AsyncFileSystem):
         cache_size: int = 128,
         *,
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        retries: int = RETRIES,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.target = target
         self.refs = _load_fo(fo, target_protocol, target_options or ref_storage_args, template_overrides)
         self.index = KeyIndex(self.refs)
-        self.targets = Targets(remote_protocol=remote_protocol, remote_options=remote_options, fs=fs)
+        self.targets = Targets(remote_protocol=remote_protocol, remote_options=remote_options, fs=fs,
+                               timeout=timeout, retries=retries)
         self.reader = RangeReader(
             self.targets,
             max_gap=DEFAULT_MAX_GAP if max_gap is None else max_gap,

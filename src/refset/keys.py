@@ -23,6 +23,8 @@ __all__ = [
     "array_key",
     "chunk_keys",
     "METADATA_NAMES",
+    "path_problem",
+    "grid_problem",
 ]
 
 METADATA_NAMES = (".zarray", "zarr.json")
@@ -216,7 +218,7 @@ def grid_from_metadata(name: str, text: bytes) -> ChunkGrid | None:
     """
     try:
         meta = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return grid_from_document(name, meta)
 
@@ -262,3 +264,45 @@ def grid_from_document(name: str, meta: object) -> ChunkGrid | None:
     if any(c == 0 for c in grid.chunks) or grid.nchunks >= 1 << 63:
         return None  # flat chunk indices must fit in int64
     return grid
+
+
+MAX_COMPONENT = 255  # bytes: NAME_MAX of common filesystems
+MAX_PATH = 4000  # bytes: below PATH_MAX (4096) with room for the output directory
+
+
+def path_problem(path: str) -> str | None:
+    """Why array ``path`` cannot name a directory inside an output or input tree, or None when it
+    can: a ``..`` or ``.`` or empty component, an absolute path, a NUL or backslash, a component
+    longer than 255 bytes, a path longer than 4000 bytes."""
+    if "\0" in path:
+        return "contains a NUL character"
+    if "\\" in path:
+        return "contains a backslash"
+    if path.startswith("/"):
+        return "is absolute"
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH:
+        return f"is longer than {MAX_PATH} bytes"
+    for part in path.split("/"):
+        if part in ("", ".", ".."):
+            return f"has a {part!r} component" if part else "has an empty component"
+        if len(part.encode("utf-8", "surrogatepass")) > MAX_COMPONENT:
+            return f"has a component longer than {MAX_COMPONENT} bytes"
+    return None
+
+
+def grid_problem(name: str, text: bytes) -> str:
+    """Why a ``.zarray``/``zarr.json`` document describes no chunk grid (for a reader that must have one)."""
+    try:
+        meta = json.loads(text)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        return f"not JSON ({e})"
+    if not isinstance(meta, dict):
+        return f"must be a JSON object, got {type(meta).__name__}"
+    shape = meta.get("shape")
+    chunks = meta.get("chunks") if name == ".zarray" else (meta.get("chunk_grid") or {})
+    if _int_tuple(shape) is None:
+        return f"shape must be a list of non-negative integers, got {json.dumps(shape)[:80]}"
+    if name == ".zarray" and _int_tuple(chunks) is None:
+        return f"chunks must be a list of non-negative integers, got {json.dumps(chunks)[:80]}"
+    return ("does not describe a regular chunk grid (chunks of the same rank as shape, none 0, "
+            "fewer than 2**63 chunks, dimension_separator '.' or '/')")

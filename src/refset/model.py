@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .builder import Builder
+from .builder import Builder, check_ends
 from .errors import InvalidReferences
 from .keys import METADATA_NAMES, ChunkGrid, KeyRouter, array_key, chunk_keys, grid_from_metadata
 from .producer import tables_from_arrays
@@ -397,6 +397,22 @@ class ReferenceSet(Mapping[str, Ref]):
         return (_from_memory, (src.urls(), src.tables, src.other(), src.info()))
 
 
+def check_bounds(tables: Mapping[str, ChunkTable], other: KeyTable) -> None:
+    """InvalidReferences naming the first range reference whose ``offset + length`` is not below
+    2**63 (one vectorised pass per table)."""
+    for path, t in tables.items():
+        flat, kind, _, off, ln = t.entries() if t.is_sparse else (None, t.kind, None, t.offset, t.length)
+        bad = check_ends(kind, off, ln)
+        if bad >= 0:
+            i = bad if flat is None else int(flat[bad])
+            raise InvalidReferences(f"array {path!r}, chunk {i} (flat index): offset {int(off[bad])} + "
+                                    f"length {int(ln[bad])} must be below 2**63")
+    bad = check_ends(other.kind, other.offset, other.length)
+    if bad >= 0:
+        raise InvalidReferences(f"refs[{other.keys[bad]!r}]: offset {int(other.offset[bad])} + length "
+                                f"{int(other.length[bad])} must be below 2**63")
+
+
 def check_tables(urls: tuple[str, ...], tables: Mapping[str, ChunkTable], other: KeyTable) -> None:
     """The checks of :meth:`ReferenceSet.from_tables`; InvalidReferences naming what is wrong."""
     located = [(f"array {p!r}", t.max_path_id(), int(t.kind_counts()[[RANGE, WHOLE]].sum()))
@@ -406,6 +422,7 @@ def check_tables(urls: tuple[str, ...], tables: Mapping[str, ChunkTable], other:
     for name, top, n in located:
         if n and top >= len(urls):
             raise InvalidReferences(f"{name}: path id {top} outside the URL table of {len(urls)}")
+    check_bounds(tables, other)
     for path, t in tables.items():
         found = None
         for name in METADATA_NAMES:

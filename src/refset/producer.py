@@ -14,9 +14,25 @@ from .errors import InvalidReferences
 from .keys import ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
 from .tables import INLINE, MAX_END, RANGE, ChunkTable, KeyTable, Row, sparse_grid
 
-__all__ = ["tables_from_arrays", "metadata_bytes"]
+__all__ = ["tables_from_arrays", "metadata_bytes", "json_text"]
 
 _FIELDS = ("path_id", "offset", "length")
+
+
+def _numpy_value(o: Any) -> Any:
+    """numpy scalars and arrays as the Python values json writes (``default`` of json.dumps)."""
+    if isinstance(o, np.generic | np.ndarray):
+        return o.tolist()
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+def json_text(value: Any, where: str, **dumps: Any) -> bytes:
+    """``value`` serialised as JSON (numpy scalars and arrays as their Python values); anything else
+    that json cannot write is InvalidReferences naming ``where``."""
+    try:
+        return json.dumps(value, default=_numpy_value, **dumps).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as e:
+        raise InvalidReferences(f"{where}: not JSON-serialisable ({type(e).__name__}: {e})") from None
 
 
 def metadata_bytes(value: Any, where: str) -> bytes:
@@ -27,10 +43,7 @@ def metadata_bytes(value: Any, where: str) -> bytes:
     if isinstance(value, str):
         return value.encode("utf-8")
     if isinstance(value, dict | list):
-        try:
-            return json.dumps(value, separators=(",", ":")).encode()
-        except (TypeError, ValueError) as e:
-            raise InvalidReferences(f"{where}: not JSON-serialisable ({e})") from None
+        return json_text(value, where, separators=(",", ":"))
     raise InvalidReferences(f"{where}: must be a dict, JSON text or bytes, got {type(value).__name__}")
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from ..errors import InvalidReferences, Unsupported
-from ..model import ReferenceSet
+from ..model import ReferenceSet, check_bounds
 from .registry import FORMATS, by_name, detect, detect_with_head, for_dest
 
 __all__ = ["load", "save", "detect_format", "Format", "FORMATS"]
@@ -108,5 +108,7 @@ def save(
     rs = load(refs, storage_options=storage_options)
     dest = os.fspath(dest)
     spec = by_name(format) if format is not None else for_dest(dest)
-    spec.write(rs.loaded(), dest, storage_options=storage_options, **options)
+    full = rs.loaded()
+    check_bounds({p: full.table(p) for p in full.grids}, full.other)  # however the set was built
+    spec.write(full, dest, storage_options=storage_options, **options)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import os
 import tempfile
+import zlib
 from typing import Any
 
 from ..errors import InvalidReferences
@@ -18,13 +19,13 @@ def decompress(data: bytes, name: str = "") -> bytes:
     if data[:2] == GZIP_MAGIC:
         try:
             return gzip.decompress(data)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise InvalidReferences(f"{name or 'input'}: corrupt gzip data ({e})") from e
     if data[:4] == ZSTD_MAGIC:
         import zstandard
 
-        try:
-            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        try:  # every frame: zstd's CLI and multi-threaded writers concatenate frames
+            return zstandard.ZstdDecompressor().decompressobj(read_across_frames=True).decompress(data)
         except zstandard.ZstdError as e:
             raise InvalidReferences(f"{name or 'input'}: corrupt zstd data ({e})") from e
     return data

@@ -28,11 +28,15 @@ def decode_json(data: bytes) -> Any:
     try:
         return msgspec.json.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
-        first = e
+        first: Exception = e
+    except RecursionError:
+        raise InvalidReferences("invalid JSON: nested too deeply") from None
     try:
         return json.loads(bytes(data))
     except (ValueError, UnicodeDecodeError):
         raise InvalidReferences(f"invalid JSON: {first}") from None
+    except RecursionError:
+        raise InvalidReferences("invalid JSON: nested too deeply") from None
 
 
 def is_v1(doc: Mapping[str, Any]) -> bool:

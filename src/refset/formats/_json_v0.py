@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Unsupported
+from ..errors import InvalidReferences, Unsupported
 from ..model import ReferenceSet
+from ..producer import json_text
 from ..tables import MAX_END, Ref
 from ._io import compress, write_bytes
 
@@ -66,7 +67,11 @@ def normalize_value(
         return bytes(value)
     if isinstance(value, dict):
         # a JSON document given as an object: the value is that JSON file
-        return json.dumps(value).encode("utf-8")
+        try:
+            return json_text(value, where(key))
+        except InvalidReferences as e:
+            problems.extend(e.problems)
+            return None
     if isinstance(value, list | tuple):
         if len(value) not in (1, 3):
             problems.append(

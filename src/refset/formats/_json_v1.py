@@ -10,13 +10,18 @@ import numpy as np
 
 from ..builder import Builder
 from ..keys import ChunkGrid, array_key
-from ..tables import RANGE, WHOLE
+from ..tables import MAX_END, RANGE, WHOLE
 from ._json_v0 import is_int, refs_from_v0
 from ._templates import NotVectorisable, Part, Templates, compile_expr, render
 
 __all__ = ["read_v1", "DEFAULT_MAX_GEN"]
 
 DEFAULT_MAX_GEN = 100_000_000
+_I64 = (-(1 << 63), (1 << 63) - 1)  # dimension values are signed 64-bit integers
+
+
+def _in_i64(v: int) -> bool:
+    return _I64[0] <= v <= _I64[1]
 
 
 def read_v1(
@@ -114,6 +119,8 @@ def _check_gen(
             if isinstance(d, list):
                 if not all(is_int(v) for v in d):
                     problems.append(f"{dat}: a list dimension must hold integers only")
+                elif not all(_in_i64(int(v)) for v in d):
+                    problems.append(f"{dat}: values must lie in [-2**63, 2**63)")
                 else:
                     out[name] = np.array(d, np.int64)
             elif isinstance(d, dict):
@@ -127,6 +134,10 @@ def _check_gen(
                 wrong = [k for k, v in vals.items() if not is_int(v)]
                 if wrong:
                     problems.append(f"{dat}.{wrong[0]}: must be an integer, got {json.dumps(vals[wrong[0]])}")
+                    continue
+                big = [k for k, v in vals.items() if not _in_i64(int(v))]
+                if big:
+                    problems.append(f"{dat}.{big[0]}: must lie in [-2**63, 2**63), got {int(vals[big[0]])}")
                     continue
                 if vals["step"] == 0:
                     problems.append(f"{dat}.step: must not be 0")
@@ -174,9 +185,9 @@ def _url_ids(
     """(unique URLs, id per item), rendering the URL once per combination of the dimensions it uses."""
     from jinja2 import meta
 
-    from ._templates import _env
+    from ._templates import parse
 
-    used = [d for d in dims if d in meta.find_undeclared_variables(_env().parse(url))]
+    used = [d for d in dims if d in meta.find_undeclared_variables(parse(url))]
     sub = {d: dims[d] for d in used}
     n_sub = 1
     for v in sub.values():
@@ -209,8 +220,8 @@ def _int_column(parts: list[Part], total: int) -> np.ndarray:
     p = core[0]
     if isinstance(p, str):
         s = p.strip()
-        if not (s.isascii() and s.lstrip("-").isdigit()):
-            raise NotVectorisable
+        if not (s.isascii() and s.lstrip("-").isdigit()) or not _in_i64(int(s)):
+            raise NotVectorisable  # jinja2 reports it item by item
         return np.full(total, int(s), np.int64)
     return np.broadcast_to(p, (total,)).astype(np.int64)
 
@@ -288,6 +299,12 @@ def _expand(
                     f"{at}.{name}: must be a non-negative integer, got {int(col[bad[0]])} for {where}"
                 )
                 return
+        bad = np.flatnonzero(off > (MAX_END - 1) - ln)  # off + ln >= 2**63, without overflow
+        if bad.size:
+            where = {k: int(v[bad[0]]) for k, v in values.items()}
+            problems.append(f"{at}: offset {int(off[bad[0]])} + length {int(ln[bad[0]])} must be below "
+                            f"2**63, for {where}")
+            return
     else:
         off = ln = np.zeros(total, np.int64)
     kind = np.full(total, RANGE if has_range else WHOLE, np.uint8)
@@ -312,12 +329,12 @@ def _expand_slowly(
     for j in range(total):
         ctx = {**templates.context, **{k: v[j] for k, v in cols.items()}}
         try:
-            key = render(g["key"], ctx)
-            url = render(g["url"], ctx)
+            key = render(g["key"], ctx, templates.budget)
+            url = render(g["url"], ctx, templates.budget)
             if has_range:
                 nums = []
                 for f in ("offset", "length"):
-                    text = render(str(g[f]), ctx).strip()
+                    text = render(str(g[f]), ctx, templates.budget).strip()
                     try:
                         n = int(text)
                     except ValueError:
@@ -325,6 +342,8 @@ def _expand_slowly(
                     if n < 0:
                         raise ValueError(f"{f} must be a non-negative integer, got {n}")
                     nums.append(n)
+                if nums[0] + nums[1] >= MAX_END:
+                    raise ValueError(f"offset {nums[0]} + length {nums[1]} must be below 2**63")
         except ValueError as e:
             where = {k: v[j] for k, v in cols.items()}
             problems.append(f"{at}: {e} (at {where})")

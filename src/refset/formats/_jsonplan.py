@@ -338,7 +338,7 @@ def _member_list(doc: Doc, m: int, key: str, problems: list[str], templates: Any
         raise Fallback
     try:
         value = msgspec.json.decode(doc.data[start : end + 1])
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         raise Fallback from None
 
     def render(url: str, at: str) -> str | None:

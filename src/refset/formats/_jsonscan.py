@@ -48,22 +48,70 @@ def top_byte(flags: np.ndarray) -> np.ndarray:
 
 
 def skip_ws(a: np.ndarray, pos: np.ndarray, step: int) -> np.ndarray:
-    """First non-whitespace position at or after ``pos``; Fallback when the text ends first."""
+    """First non-whitespace position at or after ``pos`` (``step`` 1; at or before it with -1);
+    Fallback when the text ends first or a control character stands outside strings."""
     if pos.size and pos[-1] >= a.size:  # positions ascend
         raise Fallback
     idx = np.flatnonzero(a[pos] <= 32)
     if not idx.size:
         return pos
     pos = pos.copy()
-    while idx.size:
+    for _ in range(SHORT_WS):  # the usual indentation: a few bytes, one numpy step each
         c = a[pos[idx]]
         if not WS[c].all():
             raise Fallback  # a control character outside strings is not JSON
         pos[idx] += step
-        if pos[idx].max() >= a.size:
+        if pos[idx].max() >= a.size or pos[idx].min() < 0:
             raise Fallback
         idx = idx[a[pos[idx]] <= 32]
+        if not idx.size:
+            return pos
+    pos[idx] = _skip_runs(a, pos[idx], step)
     return pos
+
+
+SHORT_WS = 8  # whitespace runs longer than this are skipped window by window (_skip_runs)
+_WS_BUDGET = 1 << 24  # bytes gathered per step of _skip_runs
+
+
+def _skip_runs(a: np.ndarray, p: np.ndarray, step: int) -> np.ndarray:
+    """:func:`skip_ws` for positions inside long whitespace runs: each step gathers a window of bytes
+    per position and finds the run's end in it; windows double, so a run of n bytes takes
+    log2(n) numpy steps, never a step per byte."""
+    from numpy.lib.stride_tricks import as_strided
+
+    out = p.copy()
+    live = np.arange(p.size)
+    width = 64
+    while live.size:
+        width = int(min(width, a.size, max(64, _WS_BUDGET // live.size)))
+        view = as_strided(a, shape=(a.size - width + 1, width), strides=(1, 1))
+        cur = out[live]
+        if step > 0:
+            s = np.minimum(cur, a.size - width)
+            w = ~WS[view[s]]
+            w &= np.arange(width) >= (cur - s)[:, None]  # bytes before the position do not count
+            found = w.any(axis=1)
+            hit = s + np.argmax(w, axis=1)
+            ended = ~found & (s + width >= a.size)
+            nxt = s + width
+        else:
+            s = np.maximum(cur - width + 1, 0)
+            w = ~WS[view[s]]
+            w &= np.arange(width) <= (cur - s)[:, None]  # bytes after the position do not count
+            found = w.any(axis=1)
+            hit = s + width - 1 - np.argmax(w[:, ::-1], axis=1)
+            ended = ~found & (s == 0)
+            nxt = s - 1
+        if ended.any():
+            raise Fallback
+        out[live[found]] = hit[found]
+        out[live[~found]] = nxt[~found]
+        live = live[~found]
+        width *= 2
+    if np.any(a[out] <= 32):
+        raise Fallback  # a control character outside strings is not JSON
+    return out
 
 
 def swar8(w: np.ndarray) -> np.ndarray:

@@ -262,7 +262,7 @@ def read_packed(
 
     try:
         index = json.loads(decompressor().decompress(raw_index))
-    except (zstandard.ZstdError, ValueError) as e:
+    except (zstandard.ZstdError, ValueError, RecursionError) as e:
         raise InvalidReferences(f"{src.name}: packed block index: undecodable ({e})") from e
     _check_index(src, index)
 

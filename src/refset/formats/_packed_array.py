@@ -16,7 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..tables import ABSENT, INLINE, RANGE, WHOLE, KeyTable
+from ..builder import check_ends
+from ..tables import ABSENT, INLINE, MAX_END, RANGE, WHOLE, KeyTable
 from ._packed_codec import BlockReader, BlockWriter, unzigzag, zigzag
 
 __all__ = [
@@ -183,6 +184,10 @@ def decode_segment(r: BlockReader, lo: int, nurls: int) -> Segment:
         pid_all[located] = np.repeat(rpid, runlen)
         off_all[located] = off
         ln_all[located] = ln
+    bad = check_ends(kp, off_all, ln_all)
+    if bad >= 0:
+        raise r.fail(f"cell {lo + int(rel[bad])}: offset {int(off_all[bad])} + length {int(ln_all[bad])} "
+                     "must be below 2**63")
     iflat = rel[kp == INLINE] if not flags & ALL_RANGE else rel[:0]
     sizes = r.ints(len(iflat)).astype(np.int64)
     data = r.blob(int(sizes.sum()))
@@ -249,6 +254,8 @@ def lookup_segment(r: BlockReader, lo: int, nurls: int, j: int) -> tuple[int, in
     off = starts[k] + np.sum(ln[:-1], dtype=_U64) + np.sum(unzigzag(gaps[s + 1 : q + 1]), dtype=_U64)
     if kind == WHOLE:
         return WHOLE, int(rpid[k]), 0, 0, None
+    if int(off) + int(ln[-1]) >= MAX_END:
+        raise r.fail(f"cell {lo + j}: offset {int(off)} + length {int(ln[-1])} must be below 2**63")
     return RANGE, int(rpid[k]), int(off), int(ln[-1]), None
 
 
@@ -300,6 +307,9 @@ def decode_other(r: BlockReader, nurls: int) -> KeyTable:
     kind = kind64.astype(np.uint8)
     if n and int(pid[(kind == RANGE) | (kind == WHOLE)].max(initial=0)) >= max(nurls, 1):
         raise r.fail(f"file index outside the URL table of {nurls}")
+    bad = check_ends(kind, off, ln)
+    if bad >= 0:
+        raise r.fail(f"key {names[bad]!r}: offset {int(off[bad])} + length {int(ln[bad])} must be below 2**63")
     inl = np.flatnonzero(kind == INLINE)
     sizes = r.ints(len(inl)).astype(np.int64)
     blob = r.blob(int(sizes.sum()))

@@ -23,8 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..builder import check_ends
 from ..errors import InvalidReferences, Unsupported
-from ..keys import ChunkGrid, grid_from_document, grid_from_metadata, split_metadata_key
+from ..keys import (
+    ChunkGrid,
+    grid_from_document,
+    grid_from_metadata,
+    grid_problem,
+    path_problem,
+    split_metadata_key,
+)
 from ..producer import metadata_bytes
 from ..tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, sparse_grid
 
@@ -54,10 +62,12 @@ def decode_zmetadata(raw: bytes, where: str) -> Any:
     try:
         return msgspec.json.decode(raw)
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        first: Exception = e
+    except RecursionError as e:
         first = e
     try:
         return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise InvalidReferences(f"{where}: not JSON ({first})") from None
 
 
@@ -199,6 +209,10 @@ def decode_record(data: bytes, where: str) -> _Record:
         kind[has_raw] = INLINE  # raw wins over path, as in fsspec
         pid[has_raw] = 0
     live = kind == RANGE
+    bad = check_ends(kind, offset, size)
+    if bad >= 0:
+        raise InvalidReferences(f"{where}: row {bad}: offset {int(offset[bad])} + size {int(size[bad])} "
+                                "must be below 2**63")
     return _Record(kind, pid, np.where(live, offset, 0), np.where(live, size, 0), inline, n, urls)
 
 
@@ -211,16 +225,26 @@ class ParquetSource:
         self._docs = dict(metadata)
         self._meta: dict[str, bytes] = {}  # documents serialised when first asked for
         grids: dict[str, ChunkGrid] = {}
+        problems: list[str] = []
+        self.source = source
         for key, value in self._docs.items():
             meta = split_metadata_key(key)
             if meta is not None:
                 g = (grid_from_document(meta[1], value) if isinstance(value, dict)
                      else grid_from_metadata(meta[1], self._metadata(key)))
-                if g is not None:
+                where = f"{source}/.zmetadata: metadata[{key[:300]!r}]"
+                if g is None and meta[1] == ".zarray":
+                    # its chunks are found only through its grid: they would vanish silently
+                    problems.append(f"{where}: {grid_problem(meta[1], self._metadata(key))}")
+                elif g is not None and meta[0] and path_problem(meta[0]) is not None:
+                    problems.append(f"{where}: array path {path_problem(meta[0])}: its record files "
+                                    "would lie outside the reference directory")
+                elif g is not None:
                     grids[meta[0]] = g
+        if problems:
+            raise InvalidReferences(problems)
         self.grids = grids
         self.store = store
-        self.source = source
         self.record_size = record_size
         self._url_ids: dict[str, int] = {}
         self._url_t: tuple[str, ...] = ()

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import Unsupported
-from ..keys import ChunkGrid
+from ..keys import ChunkGrid, path_problem
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE, ChunkTable
 from ._io import file_mode
@@ -56,7 +56,7 @@ def _split_other(rs: ReferenceSet) -> tuple[dict[str, object], list[tuple[str, i
             try:
                 meta[key] = json.loads(data)
                 continue
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 pass
         rest.append((key, kind, pid, off, ln, data))
     return meta, rest
@@ -186,6 +186,11 @@ def _collect(rs: ReferenceSet) -> tuple[dict[str, object], list[_Array]]:
     if "" in rs.grids:
         problems.append("an array at the root of the set: fsspec's parquet layout needs every array "
                         "in a named group/array directory ('<array>/refs.<n>.parq')")
+    for p in rs.grids:
+        why = path_problem(p) if p else None
+        if why is not None:
+            problems.append(f"array path {p[:300]!r} {why}: its record files would lie outside the "
+                            "output directory or cannot be created")
     bad = [key for key, *_ in rest if key.rpartition("/")[2] != "zarr.json"]
     if bad:
         problems.append(
