@@ -141,14 +141,20 @@ class Builder:
     def grids(self) -> dict[str, ChunkGrid]:
         """Chunk grids described by the metadata added so far."""
         grids = dict(self.extra_grids)
+        v2: set[str] = set()  # a path with both documents: .zarray's grid, as lookups find it first
         for k, v in self.items.items():
             if not k.endswith(METADATA_NAMES):  # the test below, cheaply, for the many chunk keys
                 continue
             meta = split_metadata_key(k)
-            if meta is not None and isinstance(v, bytes):
-                g = grid_from_metadata(meta[1], v)
-                if g is not None:
-                    grids[meta[0]] = g
+            if meta is None or not isinstance(v, bytes) or meta[0] in v2:
+                continue
+            g = grid_from_metadata(meta[1], v)
+            if meta[1] == ".zarray":
+                v2.add(meta[0])
+                if g is None:
+                    grids.pop(meta[0], None)
+            if g is not None:
+                grids[meta[0]] = g
         return grids
 
     def _row(self, ref: Ref) -> Row:
@@ -158,6 +164,38 @@ class Builder:
         if len(ref) == 1:
             return WHOLE, pid, 0, 0, None
         return RANGE, pid, ref[1], ref[2], None  # type: ignore[misc]
+
+    def _columns(self, flat: np.ndarray, refs: list[Ref], inline: dict[int, bytes],
+                 ) -> tuple[np.ndarray, ...]:
+        """``(flat, kind, path_id, offset, length)`` of chunk references ``refs`` at ``flat``; their
+        inline bytes go to ``inline``. Range references, the common case, are taken apart in C."""
+        inl = np.zeros(0, np.int64)
+        if not all(isinstance(r, tuple) for r in refs):
+            is_bytes = np.fromiter((isinstance(r, bytes) for r in refs), bool, len(refs))
+            pos = np.flatnonzero(is_bytes).tolist()
+            inl = flat[is_bytes]
+            inline.update(zip(inl.tolist(), (refs[i] for i in pos)))  # type: ignore[misc]
+            refs = [r for r, b in zip(refs, is_bytes.tolist()) if not b]
+            flat = flat[~is_bytes]
+        n = len(refs)
+        if all(len(r) == 3 for r in refs):
+            urls, off, ln = zip(*refs) if n else ((), (), ())  # type: ignore[misc]
+            kind = np.full(n, RANGE, np.uint64)
+        else:  # whole-file references among them
+            urls = tuple(r[0] for r in refs)  # type: ignore[index]
+            off = [r[1] if len(r) == 3 else 0 for r in refs]  # type: ignore[misc]
+            ln = [r[2] if len(r) == 3 else 0 for r in refs]  # type: ignore[misc]
+            kind = np.array([RANGE if len(r) == 3 else WHOLE for r in refs], np.uint64)
+        ids = self.url_ids
+        for u in dict.fromkeys(urls):
+            if u not in ids:
+                ids[u] = len(ids)
+        z = np.zeros(len(inl), np.uint64)
+        pid = np.fromiter(map(ids.__getitem__, urls), np.uint64, n)
+        return (np.concatenate((flat, inl)),
+                np.concatenate((kind, np.full(len(inl), INLINE, np.uint64))),
+                np.concatenate((pid, z)), np.concatenate((np.array(off, np.uint64), z)),
+                np.concatenate((np.array(ln, np.uint64), z)))
 
     def build_other(self, grids: Mapping[str, ChunkGrid]) -> KeyTable:
         """The generic table of the single keys added so far that are not chunk keys of ``grids``
@@ -176,9 +214,7 @@ class Builder:
         parts: dict[str, list[tuple[np.ndarray, ...]]] = {p: [] for p in grids}
         inlines: dict[str, dict[int, bytes]] = {p: {} for p in grids}
         for path, (flat, refs) in routed.items():
-            rows = [row(r) for r in refs]
-            parts[path].append((flat, *(np.array([r[j] for r in rows], np.uint64) for j in range(4))))
-            inlines[path].update({f: r[4] for f, r in zip(flat.tolist(), rows) if r[4] is not None})
+            parts[path].append(self._columns(flat, refs, inlines[path]))
         for path, flat, kind, pid, off, ln, inl in self.batches:
             if path not in grids:
                 raise InvalidReferences(f"no chunk grid for array {path!r}")
@@ -200,7 +236,7 @@ class Builder:
         return tuple(self.url_ids), tables, other
 
 
-#: From this many single keys, chunk keys are parsed per array in one vectorised pass.
+#: From this many chunk keys of one array, its keys are parsed in one vectorised pass.
 VECTOR_KEYS = 4096
 
 
@@ -212,7 +248,7 @@ def route(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
     rest: dict[str, Ref] = {}
     if not grids:
         return {}, dict(items)
-    if len(items) < VECTOR_KEYS or not all(g.separator == "." and not g.prefix for g in grids.values()):
+    if not all(g.separator == "." and not g.prefix for g in grids.values()):
         router = KeyRouter(grids)
         for k, v in items.items():
             hit = router.locate(k)
@@ -239,8 +275,12 @@ def route(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
         if not keys:
             continue
         g = grids[path]
-        flat = (_dotted_flat(tails, g.grid_shape) if g.shape else
-                np.array([0 if t == "0" else -1 for t in tails], np.int64))
+        if not g.shape:
+            flat = np.array([0 if t == "0" else -1 for t in tails], np.int64)
+        elif len(tails) >= VECTOR_KEYS:
+            flat = _dotted_flat(tails, g.grid_shape)
+        else:
+            flat = _cached_flat(tails, g.grid_shape)
         good = flat >= 0
         if not good.all():
             for i in np.flatnonzero(~good).tolist():  # not a chunk key of the grid: a generic key
@@ -250,6 +290,30 @@ def route(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
         if flat.size:
             out[path] = (flat, refs)
     return out, rest
+
+
+# Flat indices of the chunk key tails seen lately, per grid shape: sets made from many files repeat
+# the same small grids. Bounded; a race between threads only repeats work.
+_FLAT_CACHE: dict[tuple[int, ...], dict[str, int]] = {}
+_FLAT_CACHE_SIZE = 1 << 16
+
+
+def _cached_flat(tails: list[str], grid: tuple[int, ...]) -> np.ndarray:
+    """:func:`_dotted_flat` for a few tails, through the cache."""
+    cache = _FLAT_CACHE.get(grid)
+    if cache is None:
+        if len(_FLAT_CACHE) >= 256:
+            _FLAT_CACHE.clear()
+        cache = _FLAT_CACHE[grid] = {}
+    get = cache.get
+    flat = [get(t) for t in tails]
+    if None in flat:
+        if len(cache) + len(tails) > _FLAT_CACHE_SIZE:
+            cache.clear()
+        for i, t in enumerate(tails):
+            if flat[i] is None:
+                flat[i] = cache[t] = _one_flat(t, grid)
+    return np.array(flat, np.int64)
 
 
 def _dotted_flat(tails: list[str], grid: tuple[int, ...]) -> np.ndarray:
@@ -288,8 +352,14 @@ def _dotted_flat(tails: list[str], grid: tuple[int, ...]) -> np.ndarray:
 
 def _one_flat(tail: str, grid: tuple[int, ...]) -> int:
     parts = tail.split(".")
-    if len(parts) != len(grid) or not all(p.isdigit() and p.isascii() and (p == "0" or p[0] != "0")
-                                          for p in parts):
+    if len(parts) != len(grid):
         return -1
-    idx = [int(p) for p in parts]
-    return int(np.ravel_multi_index(idx, grid)) if all(i < n for i, n in zip(idx, grid)) else -1
+    flat = 0
+    for p, n in zip(parts, grid):
+        if not (p.isdigit() and p.isascii() and (p == "0" or p[0] != "0")):
+            return -1
+        i = int(p)
+        if i >= n:
+            return -1
+        flat = flat * n + i
+    return flat

@@ -7,6 +7,7 @@ Zarr v2 (``<array>/.zarray``) chunk keys are ``i.j.k`` or ``i/j/k`` (``dimension
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -216,11 +217,20 @@ def grid_from_metadata(name: str, text: bytes) -> ChunkGrid | None:
     None means "no chunk grid": the document is not an array, is malformed, or uses a grid refset
     does not index (irregular grids). Such arrays keep their keys in the generic table, losslessly.
     """
+    text = bytes(text)
+    # cached when small: sets made from many files repeat the same few documents
+    return _cached_grid(name, text) if len(text) <= 4096 else _grid_of_text(name, text)
+
+
+def _grid_of_text(name: str, text: bytes) -> ChunkGrid | None:
     try:
         meta = json.loads(text)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return grid_from_document(name, meta)
+
+
+_cached_grid = functools.lru_cache(maxsize=1024)(_grid_of_text)
 
 
 def grid_from_document(name: str, meta: object) -> ChunkGrid | None:

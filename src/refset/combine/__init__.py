@@ -110,14 +110,24 @@ def _is_data_file(url: str, so: Mapping[str, Any]) -> bool:
     from ..formats.registry import GZIP_MAGIC, PACKED_MAGIC, ZSTD_MAGIC
     from ..scan import HDF5_MAGIC, detect_format
 
-    fs, path = fsspec.core.url_to_fs(url, **so)
-    if fs.isdir(path):
-        return False
-    head = fs.cat_file(path, start=0, end=8)
+    local = url.removeprefix("file://") if not so and ("://" not in url or url.startswith("file://")) else None
+    if local is not None:  # the common case, without fsspec's per-call cost
+        if os.path.isdir(local):
+            return False
+        with open(local, "rb") as fh:
+            head = fh.read(8)
+        fs, path = None, local
+    else:
+        fs, path = fsspec.core.url_to_fs(url, **so)
+        if fs.isdir(path):
+            return False
+        head = fs.cat_file(path, start=0, end=8)
     if head == HDF5_MAGIC or head[:3] == b"CDF":
         return True
     if head.lstrip()[:1] in (b"{", b"") or head.startswith((GZIP_MAGIC, ZSTD_MAGIC, PACKED_MAGIC)):
         return False
+    if fs is None:
+        fs, path = fsspec.core.url_to_fs(path)
     with fs.open(path, "rb") as f:
         try:
             detect_format(f, fs.size(path))

@@ -11,6 +11,7 @@ from typing import Any
 from ..builder import Builder
 from ..errors import InvalidReferences
 from ..model import ReferenceSet
+from ..source import MemorySource
 from ._json_v0 import refs_from_v0
 from ._json_v1 import DEFAULT_MAX_GEN, read_v1
 
@@ -87,4 +88,7 @@ def from_document(
     b = collect(doc, problems, max_gen=max_gen, template_overrides=template_overrides, builder=builder)
     if problems:
         raise InvalidReferences(problems)
-    return ReferenceSet.from_tables(*b.build_parts(), {"format": "json", "version": 1 if is_v1(doc) else 0})
+    info = {"format": "json", "version": 1 if is_v1(doc) else 0}
+    if b.extra_grids:  # grids handed in from outside are checked against the metadata
+        return ReferenceSet.from_tables(*b.build_parts(), info)
+    return ReferenceSet(MemorySource(*b.build_parts(), info))  # consistent as built

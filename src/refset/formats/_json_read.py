@@ -3,6 +3,7 @@ the generic parser for everything else, and ``refset validate``'s problem list."
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -17,17 +18,27 @@ from ._jsonscan import Fallback
 
 __all__ = ["read_json", "json_source", "document_problems"]
 
+TRIM_SIZE = 1 << 24  # from this many bytes of JSON text, freed memory is handed back after reading
 
-def _release_freed_memory() -> None:
-    """Hand the parser's freed temporaries back to the OS (glibc keeps them in its heap)."""
+
+@functools.cache
+def _malloc_trim() -> Any:
     import ctypes
     import sys
 
     if sys.platform.startswith("linux"):
         try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            return ctypes.CDLL("libc.so.6").malloc_trim
         except (OSError, AttributeError):
             pass
+    return None
+
+
+def _release_freed_memory() -> None:
+    """Hand the parser's freed temporaries back to the OS (glibc keeps them in its heap)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def json_source(
@@ -94,9 +105,11 @@ def read_json(
     compression = {b"\x1f\x8b": "gzip", b"\x28\xb5": "zstd"}.get(bytes(raw[:2]))
     box = [decompress(raw, source)]
     del raw  # the reader releases the text before it builds the tables
+    big = len(box[0]) >= TRIM_SIZE
     src = json_source(box, max_gen=max_gen, template_overrides=template_overrides, lazy=lazy,
                       info={"compression": compression})
-    _release_freed_memory()
+    if big:  # a small document's temporaries are too few to be worth a walk of the heap
+        _release_freed_memory()
     return src
 
 

@@ -79,7 +79,7 @@ def read_v1(
             "(raise it with max_gen=...)"
         )
         return
-    if problems:
+    if problems or not gens:
         return
     grids = builder.grids()
     for i, (g, c) in enumerate(zip(gens, checked)):
