@@ -142,9 +142,9 @@ class Builder:
         """Chunk grids described by the metadata added so far."""
         grids = dict(self.extra_grids)
         v2: set[str] = set()  # a path with both documents: .zarray's grid, as lookups find it first
-        for k, v in self.items.items():
-            if not k.endswith(METADATA_NAMES):  # the test below, cheaply, for the many chunk keys
-                continue
+        items = self.items
+        for k in [k for k in items if k.endswith(METADATA_NAMES)]:  # cheaply, past the chunk keys
+            v = items[k]
             meta = split_metadata_key(k)
             if meta is None or not isinstance(v, bytes) or meta[0] in v2:
                 continue
@@ -170,7 +170,7 @@ class Builder:
         """``(flat, kind, path_id, offset, length)`` of chunk references ``refs`` at ``flat``; their
         inline bytes go to ``inline``. Range references, the common case, are taken apart in C."""
         inl = np.zeros(0, np.int64)
-        if not all(isinstance(r, tuple) for r in refs):
+        if set(map(type, refs)) - {tuple}:
             is_bytes = np.fromiter((isinstance(r, bytes) for r in refs), bool, len(refs))
             pos = np.flatnonzero(is_bytes).tolist()
             inl = flat[is_bytes]
@@ -178,7 +178,7 @@ class Builder:
             refs = [r for r, b in zip(refs, is_bytes.tolist()) if not b]
             flat = flat[~is_bytes]
         n = len(refs)
-        if all(len(r) == 3 for r in refs):
+        if set(map(len, refs)) <= {3}:
             urls, off, ln = zip(*refs) if n else ((), (), ())  # type: ignore[misc]
             kind = np.full(n, RANGE, np.uint64)
         else:  # whole-file references among them
@@ -259,7 +259,34 @@ def route(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
                 r[0].append(hit[1])
                 r[1].append(v)
         return {p: (np.array(f, np.int64), refs) for p, (f, refs) in routed.items()}, rest
-    # every grid's chunk keys are "path/i.j.k" (or "path/0" for a scalar): group by path, then parse
+    if len(items) > LAYOUT_KEYS:
+        return _route_dotted(items, grids)
+    # sets made from many files repeat one layout: route the keys once, then only pick the values
+    keys, vals = tuple(items), tuple(items.values())
+    sig = (keys, tuple((p, g.grid_shape) for p, g in grids.items()))
+    layout = _LAYOUTS.get(sig)
+    if layout is None:
+        layout = _route_dotted(dict(zip(keys, range(len(keys)))), grids)  # type: ignore[arg-type]
+        for flat, _ in layout[0].values():
+            flat.flags.writeable = False
+        if len(_LAYOUTS) >= 8:
+            _LAYOUTS.pop(next(iter(_LAYOUTS)), None)
+        _LAYOUTS[sig] = layout
+    routed_pos, rest_pos = layout
+    out = {p: (flat, [vals[i] for i in pos]) for p, (flat, pos) in routed_pos.items()}  # type: ignore[misc]
+    return out, {k: vals[i] for k, i in rest_pos.items()}  # type: ignore[misc]
+
+
+#: Up to this many keys, a document's routing is cached by its keys (``route``).
+LAYOUT_KEYS = 1 << 14
+_LAYOUTS: dict[tuple[object, ...], tuple[dict[str, tuple[np.ndarray, list[Ref]]], dict[str, Ref]]] = {}
+
+
+def _route_dotted(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
+                  ) -> tuple[dict[str, tuple[np.ndarray, list[Ref]]], dict[str, Ref]]:
+    """:func:`route` where every grid's chunk keys are "path/i.j.k" (or "path/0" for a scalar):
+    grouped by path, then parsed per array."""
+    rest: dict[str, Ref] = {}
     cand: dict[str, tuple[list[str], list[str], list[Ref]]] = {p: ([], [], []) for p in grids}
     for k, v in items.items():
         head, _, tail = k.rpartition("/")

@@ -72,9 +72,12 @@ def _compact(a: np.ndarray, floor: type = np.uint32) -> np.ndarray:
         return a
     top = int(a.max()) if a.size else 0
     for dt in (floor, np.uint32, np.uint64):
-        if top <= np.iinfo(dt).max:
+        if top < _UINT_END[np.dtype(dt).itemsize]:
             return a.astype(dt, copy=False)
     raise AssertionError("unreachable")
+
+
+_UINT_END = {1: 1 << 8, 2: 1 << 16, 4: 1 << 32, 8: 1 << 64}
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -156,6 +159,10 @@ class ChunkTable:
         if n_inline != len(inline) or not bool((rows >= 0).all()) or not bool(is_inline[rows].all()):
             raise InvalidReferences(f"ChunkTable.inline: {len(inline)} inline values for {n_inline} inline "
                                     "chunks; every inline chunk needs its bytes, and only those")
+        self._set(grid, kind, path_id, offset, length, inline, flat)
+
+    def _set(self, grid: ChunkGrid, kind: np.ndarray, path_id: np.ndarray, offset: np.ndarray,
+             length: np.ndarray, inline: dict[int, bytes], flat: np.ndarray | None) -> None:
         self.grid = grid
         self.flat = None if flat is None else _frozen(flat)
         self._kind = _frozen(kind.astype(np.uint8, copy=False))
@@ -163,6 +170,15 @@ class ChunkTable:
         self._offset = _frozen(_compact(offset))
         self._length = _frozen(_compact(length))
         self.inline: dict[int, bytes] = inline
+
+    @classmethod
+    def _trusted(cls, grid: ChunkGrid, kind: np.ndarray, path_id: np.ndarray, offset: np.ndarray,
+                 length: np.ndarray, inline: dict[int, bytes], flat: np.ndarray | None = None,
+                 ) -> ChunkTable:
+        """A table from columns that satisfy ``__init__``'s checks by construction."""
+        t = cls.__new__(cls)
+        t._set(grid, kind, path_id, offset, length, inline, flat)
+        return t
 
     @staticmethod
     def _rows_of(cells: np.ndarray, flat: np.ndarray | None, nrows: int) -> np.ndarray:
@@ -194,7 +210,11 @@ class ChunkTable:
         kind = np.asarray(kind, np.uint8)
         if flat.size and (flat.min() < 0 or flat.max() >= n):
             raise InvalidReferences("chunk index outside the grid")
+        if kind.size and int(kind.max()) > INLINE:
+            raise InvalidReferences(f"ChunkTable.kind: code {int(kind.max())} is not one of 0..3")
         cols = [np.asarray(a) for a in (path_id, offset, length)]
+        if len({flat.shape, kind.shape, *(c.shape for c in cols)}) != 1 or flat.ndim != 1:
+            raise InvalidReferences("ChunkTable.from_entries: the columns must be 1-d and of one length")
         if flat.size > 1 and not bool((flat[1:] > flat[:-1]).all()):
             # sort, keeping the last occurrence of each index (a JSON object's repeated key)
             _, first = np.unique(flat[::-1], return_index=True)
@@ -206,16 +226,15 @@ class ChunkTable:
             flat, kind = flat[keep], kind[keep]
             cols = [c[keep] for c in cols]
         path_id, offset, length = cols
-        given = dict(inline or {})
+        given = inline or {}
         live: dict[int, bytes] = {}
-        iflat = flat[kind == INLINE].tolist()
-        for i in iflat:
+        for i in flat[kind == INLINE].tolist():
             b = given.get(i)
             if b is None:
                 raise InvalidReferences(f"chunk {i} of grid {grid.grid_shape} is inline but has no data")
             live[i] = b
         if sparse_grid(n, flat.size):
-            return cls(grid, kind, path_id, offset, length, live, flat=flat)
+            return cls._trusted(grid, kind, path_id, offset, length, live, flat)
         k = np.zeros(n, np.uint8)
         p = np.zeros(n, _compact(path_id, np.uint16).dtype if path_id.size else np.uint16)
         o = np.zeros(n, _compact(offset).dtype if offset.size else np.uint32)
@@ -224,7 +243,7 @@ class ChunkTable:
         p[flat] = path_id
         o[flat] = offset
         ln[flat] = length
-        return cls(grid, k, p, o, ln, live)
+        return cls._trusted(grid, k, p, o, ln, live)
 
     @classmethod
     def empty(cls, grid: ChunkGrid) -> ChunkTable:

@@ -70,8 +70,7 @@ def collect(
         read_v1(doc, b, problems, max_gen=max_gen, template_overrides=template_overrides,
                 refs_done=refs_done)
     elif not refs_done:
-        for k, r in refs_from_v0(doc, problems):
-            b.add(k, r)
+        b.items.update(refs_from_v0(doc, problems))
     return b
 
 

@@ -46,11 +46,6 @@ def normalize_value(
     Problems are appended to ``problems`` (one line each) and None is returned for a bad value.
     ``render_url(url, where)`` expands templates in URLs (Version 1); it reports its own problems.
     """
-    if type(value) is list and len(value) == 3:  # the common [url, offset, length], checked fast
-        url, off, n = value
-        if (type(url) is str and type(off) is int and type(n) is int and 0 <= off and 0 <= n
-                and off + n < MAX_END and (render_url is None or "{{" not in url)):
-            return url, off, n
     if isinstance(value, str):
         if value.startswith("base64:"):
             try:  # strict mode is fast; what it refuses goes through b64decode's own rules
@@ -117,13 +112,21 @@ def refs_from_v0(
 ) -> list[tuple[str, Ref]]:
     """Normalise a Version 0 ``refs`` mapping; problems are collected, bad entries dropped."""
     out: list[tuple[str, Ref]] = []
+    append = out.append
+    plain = render_url is None
     for k, v in refs.items():
+        if type(v) is list and len(v) == 3:  # the common [url, offset, length], checked inline
+            url, off, n = v
+            if (type(url) is str and type(off) is int and type(n) is int and 0 <= off and 0 <= n
+                    and off + n < MAX_END and (plain or "{{" not in url) and type(k) is str):
+                append((k, (url, off, n)))
+                continue
         if not isinstance(k, str):
             problems.append(f"refs: key {k!r} must be a string, got {type(k).__name__}")
             continue
         r = normalize_value(k, v, problems, render_url)
         if r is not None:
-            out.append((k, r))
+            append((k, r))
     return out
 
 

@@ -65,8 +65,7 @@ def read_v1(
         if not isinstance(refs, dict):
             problems.append(f"refs: must be an object, got {type(refs).__name__}")
         else:
-            for k, r in refs_from_v0(refs, problems, render_url):
-                builder.add(k, r)
+            builder.items.update(refs_from_v0(refs, problems, render_url))
     gens = doc.get("gen", [])
     if not isinstance(gens, list):
         problems.append(f"gen: must be a list, got {type(gens).__name__}")
