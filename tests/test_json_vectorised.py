@@ -462,3 +462,26 @@ def test_keys_read_while_another_thread_finishes_reading():
     assert lazy["a/x1"] == ("s3://b/odd.nc", 7, 8)
     assert "a/x1" in refset.ReferenceFileSystem(fo=lazy).ls("a", detail=False)
     reader.join()
+
+
+def test_documents_of_one_layout_keep_their_own_values():
+    """Small documents with the same keys (a combine's inputs) share a cached routing; each set still
+    holds its own values, and a change of grid or of which keys are chunk keys is routed afresh."""
+    def doc(k: int, shape: int = 4) -> dict:
+        d = {".zgroup": '{"zarr_format":2}', "x/.zarray": zarray([shape], [1], sep=".")}
+        for i in range(4):
+            d[f"x/{i}"] = f"inline {k}.{i}" if (i + k) % 2 else [f"file{k}.nc", 100 * k + i, 10 + i]
+        d["x/.zattrs"] = json.dumps({"k": k})
+        return d
+
+    for k in range(4):
+        rs = refset.load(doc(k))
+        assert dict(rs) == {key: (v.encode() if isinstance(v, str) else tuple(v)) for key, v in doc(k).items()}
+        assert rs.table("x").count() == 4
+    small = refset.load(doc(1, shape=3))  # the same keys, a grid without chunk 3: "x/3" is a plain key
+    assert small.table("x").count() == 3 and "x/3" in small.other.keys.tolist()
+    assert small["x/3"] == ("file1.nc", 103, 13)
+    renamed = doc(2)
+    renamed["y/.zarray"] = renamed.pop("x/.zarray")  # same key set but x is no array now
+    rs = refset.load(renamed)
+    assert "x" not in rs.grids and rs["x/0"] == ("file2.nc", 200, 10)
