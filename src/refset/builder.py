@@ -190,8 +190,10 @@ class Builder:
         for u in dict.fromkeys(urls):
             if u not in ids:
                 ids[u] = len(ids)
-        z = np.zeros(len(inl), np.uint64)
         pid = np.fromiter(map(ids.__getitem__, urls), np.uint64, n)
+        if not len(inl):
+            return flat, kind, pid, np.array(off, np.uint64), np.array(ln, np.uint64)
+        z = np.zeros(len(inl), np.uint64)
         return (np.concatenate((flat, inl)),
                 np.concatenate((kind, np.full(len(inl), INLINE, np.uint64))),
                 np.concatenate((pid, z)), np.concatenate((np.array(off, np.uint64), z)),

@@ -68,12 +68,17 @@ def min_uint(maxval: int) -> np.dtype:
 
 def _compact(a: np.ndarray, floor: type = np.uint32) -> np.ndarray:
     """``a`` (non-negative ints) in the smallest of ``floor``/uint32/uint64 that holds it."""
+    return a.astype(_compact_dtype(a, floor), copy=False)
+
+
+def _compact_dtype(a: np.ndarray, floor: type = np.uint32) -> np.dtype:
+    """The dtype :func:`_compact` gives ``a``."""
     if a.dtype.itemsize <= np.dtype(floor).itemsize and a.dtype.kind == "u":
-        return a
+        return a.dtype
     top = int(a.max()) if a.size else 0
     for dt in (floor, np.uint32, np.uint64):
         if top < _UINT_END[np.dtype(dt).itemsize]:
-            return a.astype(dt, copy=False)
+            return np.dtype(dt)
     raise AssertionError("unreachable")
 
 
@@ -236,9 +241,9 @@ class ChunkTable:
         if sparse_grid(n, flat.size):
             return cls._trusted(grid, kind, path_id, offset, length, live, flat)
         k = np.zeros(n, np.uint8)
-        p = np.zeros(n, _compact(path_id, np.uint16).dtype if path_id.size else np.uint16)
-        o = np.zeros(n, _compact(offset).dtype if offset.size else np.uint32)
-        ln = np.zeros(n, _compact(length).dtype if length.size else np.uint32)
+        p = np.zeros(n, _compact_dtype(path_id, np.uint16))
+        o = np.zeros(n, _compact_dtype(offset))
+        ln = np.zeros(n, _compact_dtype(length))
         k[flat] = kind
         p[flat] = path_id
         o[flat] = offset
