@@ -294,3 +294,18 @@ def test_cli_combine_sets_with_coo_map_and_rename(tmp_path: Path) -> None:
     xr.testing.assert_identical(refset.open_dataset(str(tmp_path / "moved.json")).load(), got)
     r = _cli("combine", *sets, "--concat-dim", "member", "-o", str(tmp_path / "x.json"))
     assert r.returncode != 0 and "coo_map" in r.stderr and not (tmp_path / "x.json").exists()
+
+
+def test_identical_dim_in_a_truncated_file_is_not_reachable(tmp_path: Path) -> None:
+    """The values of an identical dim are read to check them: a file cut short since it was scanned
+    gives ReferenceNotReachable naming it, not a short array compared as different values."""
+    from refset.errors import ReferenceNotReachable
+
+    files = _days(tmp_path, 2)
+    sets = [refset.scan(str(f), inline_threshold=0) for f in files]
+    assert combine(sets, concat_dims="time", identical_dims=["lat"])["lat/0"] == sets[0]["lat/0"]
+    url, offset, length = sets[1]["lat/0"]
+    with open(files[1], "r+b") as f:
+        f.truncate(offset + length - 1)
+    with pytest.raises(ReferenceNotReachable, match=re.escape(url)):
+        combine(sets, concat_dims="time", identical_dims=["lat"])

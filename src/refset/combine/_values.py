@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidReferences, ReferenceNotReachable, Unsupported
+from ..formats._io import is_local, local_path
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE
 
@@ -114,12 +115,17 @@ def _dtype(spec: Any, path: str) -> Any:
 def _fetch(items: list[tuple[str, int, int]], storage_options: Mapping[str, Any]) -> list[bytes]:
     if not items:
         return []
-    import fsspec
-
     out: list[bytes] = [b""] * len(items)
     groups: dict[str, list[int]] = {}
     for i, (url, _, _) in enumerate(items):
-        groups.setdefault(url.split("://", 1)[0] if "://" in url else "file", []).append(i)
+        if is_local(url, storage_options):  # plain reads: no fsspec import or per-call cost
+            out[i] = _read_local(*items[i])
+        else:
+            groups.setdefault(url.split("://", 1)[0], []).append(i)
+    if not groups:
+        return out
+    import fsspec
+
     for idx in groups.values():
         fs, _ = fsspec.core.url_to_fs(items[idx[0]][0], **storage_options)
         ranged = [i for i in idx if items[i][2] >= 0]
@@ -135,6 +141,21 @@ def _fetch(items: list[tuple[str, int, int]], storage_options: Mapping[str, Any]
             if items[i][2] < 0:
                 out[i] = fs.cat_file(fs._strip_protocol(items[i][0]))
     return out
+
+
+def _read_local(url: str, start: int, end: int) -> bytes:
+    """Bytes ``start:end`` of a local file (the whole file for a negative ``end``)."""
+    try:
+        with open(local_path(url), "rb") as f:
+            if end < 0:
+                return f.read()
+            f.seek(start)
+            data = f.read(end - start)
+    except OSError as e:
+        raise ReferenceNotReachable.wrap("", url, e)  # noqa: B904  (wrap keeps the cause)
+    if len(data) != end - start:
+        raise ReferenceNotReachable("", url, f"short read at byte {start}: {len(data)} of {end - start} bytes")
+    return data
 
 
 def _codecs(meta: Mapping[str, Any], path: str) -> list[Any]:
