@@ -162,6 +162,8 @@ def _run_shell(block: Block, env: dict[str, str]) -> None:
         sys.stdout.write(f"$ {cmd}\n{p.stdout}")
 
 
+# kerchunk.md runs fsspec's parquet reader and writer (fastparquet through pandas 3): their warnings
+@pytest.mark.filterwarnings("ignore:.*fastparquet.*", "ignore:.*infer_string.*")
 @pytest.mark.parametrize("doc", RUNNABLE, ids=[str(d.relative_to(REPO)) for d in RUNNABLE])
 def test_doc_runs(doc, doc_dir):
     namespace = {"__name__": "__docs__"}
