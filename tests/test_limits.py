@@ -253,3 +253,61 @@ def test_packed_blob_larger_than_its_block_can_hold(tmp_path):
     path = _crafted(tmp_path, seg)
     with pytest.raises(InvalidReferences, match=r"blob of \d+ stored bytes cannot hold the 5 expected"):
         refset.load(str(path)).to_dict()
+
+
+# -- gen: refused before allocation when its estimate is over the budget --------------------------------
+
+def _gen_doc(n: int, key: str = "gen/key{{i}}") -> dict:
+    return {"version": 1, "gen": [{"key": key, "url": "s3://b/f{{i // 1000}}.nc", "offset": "{{i*100}}",
+                                   "length": "100", "dimensions": {"i": {"stop": n}}}]}
+
+
+_GEN = """
+import json, sys, refset
+try:
+    refset.load(json.loads(sys.argv[1]))
+    print("LOADED")
+except refset.errors.InvalidReferences as e:
+    print("REFUSED", e)
+"""
+
+
+def test_gen_over_the_memory_budget_is_refused_before_allocation():
+    """50M generic keys (~13 GB expanded, under the 100M key limit) in a process capped at 1 GiB."""
+    out = _run(_GEN, json.dumps(_gen_doc(50_000_000)))
+    assert out.startswith("REFUSED gen: would need about 12800000000 bytes for its 50000000 keys, more than "
+                          "the gen memory budget of 4294967296 (refset.set_limits(gen_memory=...) "
+                          "changes it)"), out
+
+
+def test_gen_budget_is_configurable_and_counts_chunk_keys_cheaper():
+    zarr = {"x/.zarray": json.dumps({"shape": [1000], "chunks": [1], "dtype": "<f4", "compressor": None,
+                                     "fill_value": None, "filters": None, "order": "C", "zarr_format": 2})}
+    chunks = {**_gen_doc(1000, "x/{{i}}"), "refs": zarr}
+    generic = _gen_doc(1000)
+    old = refset.set_limits(gen_memory=100_000)
+    try:
+        assert len(refset.load(chunks)) == 1001  # 96 B per chunk key
+        with pytest.raises(InvalidReferences, match="would need about 256000 bytes for its 1000 keys, more than "
+                                                    "the gen memory budget of 100000"):
+            refset.load(generic)
+    finally:
+        refset.set_limits(gen_memory=old.gen_memory)
+    assert len(refset.load(generic)) == 1000
+
+
+def test_metadata_only_arrays_reserve_nothing(tmp_path):
+    """200 arrays of 2**20 cells and no chunk: no per-cell columns in any format (2.4 GB before)."""
+    za = json.dumps({"shape": [1 << 20], "chunks": [1], "dtype": "<f4", "compressor": None,
+                     "fill_value": None, "filters": None, "order": "C", "zarr_format": 2})
+    refs = {".zgroup": '{"zarr_format":2}', **{f"v{i}/.zarray": za for i in range(200)}}
+    for name in ("m.json", "m.parq", "m.packed"):
+        refset.save(refset.load(refs), tmp_path / name)
+    out = _run("""
+import sys, refset
+for p in sys.argv[1:]:
+    rs = refset.load(p)
+    assert len(rs.to_dict()) == 201
+    print(p.rsplit(".", 1)[1], sum(t.nbytes() for t in rs.arrays.values()))
+""", *(str(tmp_path / n) for n in ("m.json", "m.parq", "m.packed")), cap=512 << 20)
+    assert out.split() == ["json", "0", "parq", "0", "packed", "0"], out
