@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import uuid
+import zlib
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -26,7 +27,7 @@ from ..keys import ChunkGrid, path_problem
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE, ChunkTable
 from ._io import file_mode
-from ._parquet import record_name
+from ._parquet import CHECKSUMS, record_name, seal_zmetadata
 
 __all__ = ["write_parquet", "DEFAULT_RECORD_SIZE", "DEFAULT_CATEGORICAL_THRESHOLD"]
 
@@ -211,11 +212,15 @@ def _write_tree(write_file: Any, rs: ReferenceSet, meta: Mapping[str, object], a
     urls = np.empty(len(rs.urls), object)
     urls[:] = rs.urls
 
+    sums: dict[str, int] = {}
+
     def encode_and_write(name: str, table: Any) -> None:
         buf = io.BytesIO()
         pq.write_table(table, buf, compression=compression, compression_level=compression_level,
-                       write_statistics=False, use_dictionary=["path"])
-        write_file(name, buf.getvalue())
+                       write_statistics=False, use_dictionary=["path"], write_page_checksum=True)
+        data = buf.getvalue()
+        sums[name] = zlib.crc32(data)
+        write_file(name, data)
 
     # Arrow tables are built here; encoding and file writes (which release the GIL) overlap in a
     # small pool. At most `2 * workers` tables wait, so memory stays bounded.
@@ -231,8 +236,9 @@ def _write_tree(write_file: Any, rs: ReferenceSet, meta: Mapping[str, object], a
                     pending.pop(0).result()
         for f in pending:
             f.result()
-    doc = {"metadata": dict(sorted(meta.items())), "record_size": record_size}
-    write_file(".zmetadata", json.dumps(doc).encode())
+    doc = {"metadata": dict(sorted(meta.items())), "record_size": record_size,
+           CHECKSUMS: dict(sorted(sums.items()))}
+    write_file(".zmetadata", seal_zmetadata(json.dumps(doc).encode()))
 
 
 def write_parquet(
