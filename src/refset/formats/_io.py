@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import tempfile
 import zlib
 from collections.abc import Iterator
@@ -165,16 +166,82 @@ def read_bytes(path: str, storage_options: dict[str, Any] | None = None) -> byte
         return f.read()
 
 
+def crash_point(name: str) -> None:
+    """Die at once (SIGKILL, as a killed process) when ``REFSET_CRASH_AT`` names this point: the
+    tests' way to kill a write between two of its steps."""
+    if os.environ.get("REFSET_CRASH_AT") == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def temp_prefix(path: str) -> str:
+    """Prefix of a temporary beside ``path``: hidden, named after it and this process."""
+    return f".{os.path.basename(path)}.refset-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def stale_leftovers(path: str) -> list[str]:
+    """Temporaries (``.<name>.refset-<pid>-*.tmp``) and replaced sets (``<name>.refset-old-<pid>-*``)
+    that writes to ``path`` by processes no longer running left beside it."""
+    d, base = os.path.split(os.path.abspath(path))
+    pat = re.compile(rf"(?:\.{re.escape(base)}\.refset-(\d+)-.*\.tmp|{re.escape(base)}\.refset-old-(\d+)-.*)")
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        m = pat.fullmatch(name)
+        if m and not _alive(int(m.group(1) or m.group(2))):
+            out.append(os.path.join(d, name))
+    return sorted(out)
+
+
+def recover_local(path: str) -> None:
+    """Finish what a killed write to local ``path`` left: a replaced set whose replacement never
+    arrived is put back (the old output), then every stale temporary and replaced set is removed."""
+    import shutil
+
+    left = stale_leftovers(path)
+    old = [p for p in left if ".refset-old-" in os.path.basename(p)]
+    if old and not os.path.lexists(path):
+        newest = max(old, key=os.path.getmtime)
+        os.rename(newest, path)
+        left.remove(newest)
+    for p in left:
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+
 def write_bytes(path: str, data: bytes, storage_options: dict[str, Any] | None = None) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file beside it, then rename."""
+    """Write ``data`` to ``path`` atomically: a temporary file beside it, then rename (an object store
+    publishes an upload only when it completes). A local write first removes what killed writes to
+    ``path`` left."""
     if is_local(path):
         path = local_path(os.fspath(path))
+        recover_local(path)
         d = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".refset-", suffix=".tmp", dir=d)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=d)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.chmod(tmp, file_mode())  # mkstemp makes 0600; a new file gets the umask's mode
+            crash_point("write-before-rename")
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):

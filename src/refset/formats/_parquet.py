@@ -40,7 +40,7 @@ from ..tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, sparse_gri
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["read_parquet", "ParquetSource", "record_name", "decode_zmetadata"]
+__all__ = ["read_parquet", "ParquetSource", "record_name", "decode_zmetadata", "remote_leftovers"]
 
 LIST_FIRST = 1000  # an array with more record files than this: list its directory before reading
 
@@ -391,6 +391,42 @@ class ParquetSource:
         return ChunkTable.from_entries(g, *cols, inline=inline)
 
 
+def remote_leftovers(fs: Any, root: str) -> list[str]:
+    """Complete trees (with ``.zmetadata``) that writes to ``root`` left beside it, newest name last."""
+    try:
+        found = fs.glob(f"{root}.refset-*.tmp")
+    except (FileNotFoundError, NotImplementedError, ValueError):
+        return []
+    return sorted(p.rstrip("/") for p in found)
+
+
+def _set_aside(store: _Store) -> tuple[_Store, bytes] | None:
+    """A set that a killed write left beside the missing directory, read in its place (the next write
+    puts it in place): locally the old set renamed aside (``<dir>.refset-old-*``), on an object store
+    the new tree that was being copied into place (``<dir>.refset-*.tmp``)."""
+    if store.fs is not None:
+        for t in reversed(remote_leftovers(store.fs, store.root)):
+            aside = _Store(t, None)
+            aside.fs, aside.root = store.fs, t
+            try:
+                return aside, aside.cat(".zmetadata")
+            except FileNotFoundError:
+                continue
+        return None
+    if os.path.lexists(store.root):
+        return None
+    from ._io import stale_leftovers
+
+    for old in sorted(stale_leftovers(store.root), key=os.path.getmtime, reverse=True):
+        if ".refset-old-" in os.path.basename(old):
+            aside = _Store(old, None)
+            try:
+                return aside, aside.cat(".zmetadata")
+            except OSError:
+                continue
+    return None
+
+
 def read_parquet(
     source: str,
     *,
@@ -412,7 +448,10 @@ def read_parquet(
     try:
         raw = store.cat(".zmetadata")
     except FileNotFoundError as e:
-        raise InvalidReferences(f"{source}: no .zmetadata; not a parquet reference directory") from e
+        aside = _set_aside(store)
+        if aside is None:
+            raise InvalidReferences(f"{source}: no .zmetadata; not a parquet reference directory") from e
+        store, raw = aside
     doc = decode_zmetadata(raw, f"{source}/.zmetadata")
     if not isinstance(doc, dict):
         raise InvalidReferences(f"{source}/.zmetadata: expected a JSON object, got {type(doc).__name__}")
