@@ -13,6 +13,7 @@ from .errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsup
 from .formats import load, save
 from .formats._templates import TemplateLimits, set_template_limits
 from .keys import ChunkGrid
+from .limits import Limits, set_limits
 from .model import ReferenceSet
 from .scan import scan
 from .tables import ChunkTable, KeyTable, concat_tables, union_urls
@@ -27,6 +28,8 @@ __version__ = "0.1.0"
 __all__ = [
     "set_template_limits",
     "TemplateLimits",
+    "set_limits",
+    "Limits",
     "load",
     "save",
     "scan",

@@ -238,8 +238,9 @@ class ReferenceFileSystem(AsyncFileSystem):
             os.makedirs(lpath, exist_ok=True)
             return
         data = await self._cat_file(rpath)
-        with open(lpath, "wb") as f:
-            f.write(data)
+        from .formats._io import write_bytes
+
+        write_bytes(lpath, data)  # a temporary beside it, then rename: no half-written file
 
     # -- metadata -------------------------------------------------------------------------------
     async def _info(self, path: str, **kwargs: Any) -> dict[str, Any]:

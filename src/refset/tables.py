@@ -53,8 +53,9 @@ MAX_DENSE_VIEW = 1 << 28
 
 
 def sparse_grid(nchunks: int, entries: int) -> bool:
-    """Whether a grid of ``nchunks`` cells holding ``entries`` references is stored sparsely."""
-    return nchunks > max(DENSE_MIN_CHUNKS, DENSE_FACTOR * entries)
+    """Whether a grid of ``nchunks`` cells holding ``entries`` references is stored sparsely (an
+    empty grid always: metadata-only arrays reserve nothing)."""
+    return nchunks > max(DENSE_MIN_CHUNKS, DENSE_FACTOR * entries) or (entries == 0 < nchunks)
 
 
 def min_uint(maxval: int) -> np.dtype:

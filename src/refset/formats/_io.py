@@ -4,31 +4,109 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import tempfile
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import InvalidReferences
+from ..limits import LIMITS
 from .registry import GZIP_MAGIC, ZSTD_MAGIC
 
 __all__ = ["read_bytes", "write_bytes", "decompress", "compress", "file_mode", "is_local", "local_path"]
 
 
-def decompress(data: bytes, name: str = "") -> bytes:
-    """Undo gzip or zstd compression, recognised by magic bytes (never by name alone)."""
-    if data[:2] == GZIP_MAGIC:
-        try:
-            return gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise InvalidReferences(f"{name or 'input'}: corrupt gzip data ({e})") from e
-    if data[:4] == ZSTD_MAGIC:
-        import zstandard
+_OUT = 1 << 24  # gzip output per step
+_IN = 1 << 20  # gzip input per step
+_ZIN = 1 << 12  # zstd input per step: one 4-byte RLE block can hold 128 KiB, so <= 128 MiB out per step
 
-        try:  # every frame: zstd's CLI and multi-threaded writers concatenate frames
-            return zstandard.ZstdDecompressor().decompressobj(read_across_frames=True).decompress(data)
-        except zstandard.ZstdError as e:
-            raise InvalidReferences(f"{name or 'input'}: corrupt zstd data ({e})") from e
+
+def decompress(data: bytes, name: str = "", limit: int | None = None) -> bytes | bytearray:
+    """Undo gzip or zstd compression, recognised by magic bytes (never by name alone). The output is
+    bounded by ``limit`` bytes (default ``refset.limits.LIMITS.decompressed``): a bomb ends in
+    InvalidReferences naming ``name`` and the limit before it takes the memory."""
+    if data[:2] == GZIP_MAGIC:
+        return _collect(_gunzip(data), name or "input", "gzip", limit)
+    if data[:4] == ZSTD_MAGIC:
+        return _collect(_unzstd(data), name or "input", "zstd", limit)
     return data
+
+
+def _collect(chunks: Iterator[bytes], name: str, kind: str, limit: int | None) -> bytearray:
+    import zstandard
+
+    limit = LIMITS.decompressed if limit is None else limit
+    out = bytearray()
+    try:
+        for chunk in chunks:
+            if len(out) + len(chunk) > limit:
+                raise InvalidReferences(
+                    f"{name}: {kind} data expands to more than {limit} bytes, the decompression limit "
+                    "(refset.set_limits(decompressed=...) changes it)"
+                )
+            out += chunk
+    except MemoryError:
+        n = len(out)
+        del out
+        raise InvalidReferences(f"{name}: out of memory decompressing {kind} data after {n} bytes") from None
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
+        raise InvalidReferences(f"{name}: corrupt {kind} data ({e})") from e
+    return out
+
+
+def _gunzip(data: bytes) -> Iterator[bytes]:
+    """Every gzip member of ``data`` in chunks of at most ``_OUT`` bytes (trailing zeros allowed)."""
+    mv = memoryview(data)
+    pos, pending = 0, b""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    while True:
+        if not pending:
+            if pos >= len(mv):
+                break
+            pending = mv[pos : pos + _IN]
+            pos += len(pending)
+        out = d.decompress(pending, _OUT)
+        pending = d.unconsumed_tail
+        if out:
+            yield out
+        if d.eof:
+            rest = d.unused_data
+            if len(rest) < 2 and pos < len(mv):
+                extra = bytes(mv[pos : pos + 2 - len(rest)])
+                pos += len(extra)
+                rest += extra
+            if rest[:2] == GZIP_MAGIC:
+                d, pending = zlib.decompressobj(16 + zlib.MAX_WBITS), rest
+                continue
+            if rest.strip(b"\0") or bytes(mv[pos:]).strip(b"\0"):
+                raise OSError("trailing data after the last gzip member")
+            return
+    if not d.eof:
+        raise EOFError("compressed data ended before the end-of-stream marker")
+
+
+def _unzstd(data: bytes) -> Iterator[bytes]:
+    """Every zstd frame of ``data`` (zstd's CLI and multi-threaded writers concatenate frames), with
+    content checksums verified where the frames hold them; a truncated frame is an error."""
+    import zstandard
+
+    dctx = zstandard.ZstdDecompressor()
+    mv = memoryview(data)
+    d, fed = dctx.decompressobj(), False
+    for pos in range(0, len(mv), _ZIN):
+        piece: bytes | memoryview = mv[pos : pos + _ZIN]
+        while piece:
+            out = d.decompress(piece)
+            fed = True
+            if out:
+                yield out
+            piece = b""
+            if d.eof:
+                piece = d.unused_data
+                d, fed = dctx.decompressobj(), False
+    if fed:
+        raise EOFError("truncated zstd frame")
 
 
 def compress(data: bytes, dest: str) -> bytes:
@@ -38,7 +116,7 @@ def compress(data: bytes, dest: str) -> bytes:
     if dest.endswith((".zst", ".zstd")):
         import zstandard
 
-        return zstandard.ZstdCompressor(level=9).compress(data)
+        return zstandard.ZstdCompressor(level=9, write_checksum=True).compress(data)
     return data
 
 
@@ -88,16 +166,82 @@ def read_bytes(path: str, storage_options: dict[str, Any] | None = None) -> byte
         return f.read()
 
 
+def crash_point(name: str) -> None:
+    """Die at once (SIGKILL, as a killed process) when ``REFSET_CRASH_AT`` names this point: the
+    tests' way to kill a write between two of its steps."""
+    if os.environ.get("REFSET_CRASH_AT") == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def temp_prefix(path: str) -> str:
+    """Prefix of a temporary beside ``path``: hidden, named after it and this process."""
+    return f".{os.path.basename(path)}.refset-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def stale_leftovers(path: str) -> list[str]:
+    """Temporaries (``.<name>.refset-<pid>-*.tmp``) and replaced sets (``<name>.refset-old-<pid>-*``)
+    that writes to ``path`` by processes no longer running left beside it."""
+    d, base = os.path.split(os.path.abspath(path))
+    pat = re.compile(rf"(?:\.{re.escape(base)}\.refset-(\d+)-.*\.tmp|{re.escape(base)}\.refset-old-(\d+)-.*)")
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        m = pat.fullmatch(name)
+        if m and not _alive(int(m.group(1) or m.group(2))):
+            out.append(os.path.join(d, name))
+    return sorted(out)
+
+
+def recover_local(path: str) -> None:
+    """Finish what a killed write to local ``path`` left: a replaced set whose replacement never
+    arrived is put back (the old output), then every stale temporary and replaced set is removed."""
+    import shutil
+
+    left = stale_leftovers(path)
+    old = [p for p in left if ".refset-old-" in os.path.basename(p)]
+    if old and not os.path.lexists(path):
+        newest = max(old, key=os.path.getmtime)
+        os.rename(newest, path)
+        left.remove(newest)
+    for p in left:
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+
 def write_bytes(path: str, data: bytes, storage_options: dict[str, Any] | None = None) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file beside it, then rename."""
+    """Write ``data`` to ``path`` atomically: a temporary file beside it, then rename (an object store
+    publishes an upload only when it completes). A local write first removes what killed writes to
+    ``path`` left."""
     if is_local(path):
         path = local_path(os.fspath(path))
+        recover_local(path)
         d = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".refset-", suffix=".tmp", dir=d)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=d)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.chmod(tmp, file_mode())  # mkstemp makes 0600; a new file gets the umask's mode
+            crash_point("write-before-rename")
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):

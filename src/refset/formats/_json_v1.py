@@ -10,6 +10,7 @@ import numpy as np
 
 from ..builder import Builder
 from ..keys import ChunkGrid, array_key
+from ..limits import LIMITS
 from ..tables import MAX_END, RANGE, WHOLE
 from ._json_v0 import is_int, refs_from_v0
 from ._templates import NotVectorisable, Part, Templates, compile_expr, render
@@ -81,6 +82,13 @@ def read_v1(
     if problems or not gens:
         return
     grids = builder.grids()
+    need = sum(_estimate(g, c[0], c[1], templates, grids) for g, c in zip(gens, checked) if c is not None)
+    if need > LIMITS.gen_memory:
+        problems.append(
+            f"gen: would need about {need} bytes for its {total} keys, more than the gen memory budget of "
+            f"{LIMITS.gen_memory} (refset.set_limits(gen_memory=...) changes it)"
+        )
+        return
     for i, (g, c) in enumerate(zip(gens, checked)):
         if c is not None:
             _expand(f"gen[{i}]", g, c[0], templates, grids, builder, problems)
@@ -150,6 +158,27 @@ def _check_gen(
     for v in out.values():
         total *= len(v)
     return out, total
+
+
+CHUNK_KEY_BYTES = 96  # peak bytes per generated chunk key of a known grid (measured: ~92)
+GENERIC_KEY_BYTES = 256  # per generated key of any other form (measured: ~252 with 12-byte keys)
+
+
+def _estimate(g: Mapping[str, Any], dims: Mapping[str, np.ndarray | range], total: int,
+              templates: Templates, grids: Mapping[str, ChunkGrid]) -> int:
+    """Peak bytes that expanding ``g`` into ``total`` keys is expected to take, from its first key
+    (rendered alone): chunk keys of a known grid are stored as grid positions, others as strings."""
+    if total == 0:
+        return 0
+    first = {name: _values(vals)[:1] for name, vals in dims.items()}
+    try:
+        key_p = compile_expr(g["key"], first, templates.plain)
+    except (NotVectorisable, ValueError):
+        return total * (GENERIC_KEY_BYTES + 64)  # rendered item by item: strings at least
+    if _chunk_target(key_p, grids, 1) is not None:
+        return total * CHUNK_KEY_BYTES
+    key = "".join(p if isinstance(p, str) else str(np.asarray(p).reshape(-1)[0]) for p in key_p)
+    return total * (GENERIC_KEY_BYTES + max(0, len(key) - 12))
 
 
 def _positions(dims: Mapping[str, np.ndarray | range], total: int) -> dict[str, np.ndarray]:

@@ -23,7 +23,7 @@ from ..errors import InvalidReferences, Unsupported
 from ..keys import ChunkGrid
 from ..model import ReferenceSet
 from ..tables import ABSENT, INLINE, RANGE, ChunkTable, KeyTable, Ref, min_uint, resolve, sparse_grid
-from ._io import write_bytes
+from ._io import decompress, write_bytes
 from ._packed_array import (
     Segment,
     array_stats,
@@ -35,8 +35,8 @@ from ._packed_array import (
     encode_strings,
     lookup_segment,
 )
-from ._packed_codec import BlockReader, BlockWriter, decompressor
-from .registry import PACKED_MAGIC
+from ._packed_codec import BlockReader, BlockWriter
+from .registry import PACKED_MAGIC, ZSTD_MAGIC
 
 __all__ = ["MAGIC", "VERSION", "read_packed", "write_packed", "pack", "PackedSource"]
 
@@ -212,6 +212,7 @@ def _check_index(src: _Source, index: Any) -> None:
         step = a["segment_chunks"]
         return (type(step) is int and step >= 1 and len(a["segments"]) == -(-g.nchunks // step)
                 and all(entry(s) for s in a["segments"]) and type(a["present"]) is int
+                and 0 <= a["present"] <= g.nchunks
                 and isinstance(a["path"], str) and isinstance(a["stats"], dict))
 
     try:
@@ -258,12 +259,14 @@ def read_packed(
     data_start = HEADER_SIZE + index_size
     raw_index = _block(src, "index", [HEADER_SIZE, index_size, index_crc], 0,
                        head[HEADER_SIZE:data_start])
-    import zstandard
-
+    if raw_index[:4] != ZSTD_MAGIC:
+        raise InvalidReferences(f"{src.name}: packed block index: not a zstd frame")
+    text = decompress(raw_index, f"{src.name}: packed block index")
     try:
-        index = json.loads(decompressor().decompress(raw_index))
-    except (zstandard.ZstdError, ValueError, RecursionError) as e:
+        index = json.loads(text)
+    except (ValueError, RecursionError) as e:
         raise InvalidReferences(f"{src.name}: packed block index: undecodable ({e})") from e
+    del text
     _check_index(src, index)
 
     def head_block(name: str, entry: list[int]) -> bytes:
@@ -275,6 +278,10 @@ def read_packed(
     r.end()
     r = BlockReader(head_block("other", index["other"]["block"]), f"other of {src.name}")
     other = decode_other(r, len(urls))
+    claimed = len(other) + sum(a["present"] for a in index["arrays"])
+    if index["refs"] != claimed:
+        raise InvalidReferences(f"{src.name}: packed block index: 'refs' is {index['refs']}, the other "
+                                f"keys and the arrays' present chunks make {claimed}")
     return PackedSource(src, index, tuple(urls), other, data_start)
 
 
@@ -282,8 +289,8 @@ class _SegmentBlock:
     """A checked segment block (a :class:`~refset.source.Block`): the first lookup reads one cell
     without building the segment's columns; a second one decodes the segment once."""
 
-    def __init__(self, raw: bytes, name: str, lo: int, urls: tuple[str, ...]) -> None:
-        self.raw, self.name, self.lo, self.urls = raw, name, lo, urls
+    def __init__(self, raw: bytes, name: str, lo: int, cells: int, urls: tuple[str, ...]) -> None:
+        self.raw, self.name, self.lo, self.cells, self.urls = raw, name, lo, cells, urls
         self.seg: Segment | None = None
         self.hits = 0
 
@@ -292,13 +299,22 @@ class _SegmentBlock:
         return self.seg is not None
 
     def ref(self, j: int) -> Ref | None:
+        try:
+            return self._ref(j)
+        except MemoryError:
+            raise InvalidReferences(f"packed block {self.name}: out of memory decoding {self.cells} "
+                                    "cells") from None
+
+    def _ref(self, j: int) -> Ref | None:
         seg = self.seg
         if seg is None:
             self.hits += 1
             if self.hits == 1:
-                row = lookup_segment(BlockReader(self.raw, self.name), self.lo, len(self.urls), j)
+                row = lookup_segment(BlockReader(self.raw, self.name), self.lo, len(self.urls), j,
+                                     self.cells)
                 return None if row[0] == ABSENT else resolve(row, self.urls, "")
-            seg = self.seg = decode_segment(BlockReader(self.raw, self.name), self.lo, len(self.urls))
+            seg = self.seg = decode_segment(BlockReader(self.raw, self.name), self.lo, len(self.urls),
+                                            self.cells)
         i = int(np.searchsorted(seg.rel, j))
         if i >= len(seg.rel) or seg.rel[i] != j:
             return None
@@ -347,7 +363,9 @@ class PackedSource:
         e = self._entries[path]
         name = f"array {path!r} segment {i}"
         raw = _block(self._src, name, e["segments"][i], self._base)
-        return _SegmentBlock(raw, f"{name} of {self._src.name}", i * e["segment_chunks"], self._urls)
+        lo = i * e["segment_chunks"]
+        cells = min(e["segment_chunks"], self.grids[path].nchunks - lo)
+        return _SegmentBlock(raw, f"{name} of {self._src.name}", lo, cells, self._urls)
 
     def count(self) -> int | None:
         return self._refs
@@ -358,6 +376,17 @@ class PackedSource:
 
     def table(self, path: str) -> ChunkTable:
         e = self._entries[path]
+        try:
+            t = self._table(path, e)
+        except MemoryError:
+            raise InvalidReferences(f"{self._src.name}: array {path!r}: out of memory decoding its "
+                                    f"{self.grids[path].nchunks} cells") from None
+        if t.count() != e["present"]:
+            raise InvalidReferences(f"{self._src.name}: array {path!r}: {t.count()} chunks present, the "
+                                    f"index says {e['present']}")
+        return t
+
+    def _table(self, path: str, e: dict[str, Any]) -> ChunkTable:
         g = self.grids[path]
         segs = e["segments"]
         n = g.nchunks
@@ -373,7 +402,7 @@ class PackedSource:
             name = f"array {path!r} segment {i}"
             raw = _block(self._src, name, segs[i], self._base, blob[o - first : o - first + size])
             return decode_segment(BlockReader(raw, f"{name} of {self._src.name}"), i * step,
-                                  len(self._urls))
+                                  len(self._urls), min(step, n - i * step))
 
         inline: dict[int, bytes] = {}
         if sparse_grid(n, int(e["present"])):

@@ -136,9 +136,18 @@ def _presence(r: BlockReader, ncells: int) -> tuple[int, np.ndarray | None, int]
     return flags, rel, npresent
 
 
-def decode_segment(r: BlockReader, lo: int, nurls: int) -> Segment:
-    """Read one segment block written by :func:`encode_segment`: its present cells."""
-    ncells = r.count(1 << 62, "cell count")
+def _cells(r: BlockReader, cells: int) -> int:
+    """The segment's cell count, which the index's grid fixes (checked before any allocation)."""
+    ncells = r.u64()
+    if ncells != cells:
+        raise r.fail(f"cell count is {ncells}, the index's grid says {cells}")
+    return ncells
+
+
+def decode_segment(r: BlockReader, lo: int, nurls: int, cells: int) -> Segment:
+    """Read one segment block written by :func:`encode_segment` for ``cells`` grid cells: its present
+    cells."""
+    ncells = _cells(r, cells)
     flags, rel, npresent = _presence(r, ncells)
     assert rel is not None
     if flags & ALL_RANGE:
@@ -197,10 +206,11 @@ def decode_segment(r: BlockReader, lo: int, nurls: int) -> Segment:
     return Segment(rel, kp, pid_all, off_all, ln_all, inline)
 
 
-def lookup_segment(r: BlockReader, lo: int, nurls: int, j: int) -> tuple[int, int, int, int, bytes | None]:
+def lookup_segment(r: BlockReader, lo: int, nurls: int, j: int,
+                   cells: int) -> tuple[int, int, int, int, bytes | None]:
     """``(kind, path_id, offset, length, inline data)`` of cell ``j`` alone (a checked block): the
     columns are decompressed but only the cell's file run is summed, no per-cell arrays are built."""
-    ncells = r.count(1 << 62, "cell count")
+    ncells = _cells(r, cells)
     if not 0 <= j < ncells:
         raise r.fail(f"cell {j} outside the segment of {ncells}")
     flags = r.u8()
@@ -230,11 +240,13 @@ def lookup_segment(r: BlockReader, lo: int, nurls: int, j: int) -> tuple[int, in
         if kind == INLINE:
             iq = int(np.count_nonzero(kp[:rank] == INLINE))
     nloc = npresent if flags & ALL_RANGE else None
-    nruns = r.u64()
+    nruns = r.count(npresent, "run count")
     rpid = np.cumsum(unzigzag(r.ints(nruns)).view(np.int64))
     runlen = r.ints(nruns).astype(np.int64) + 1
     if nloc is None:
         nloc = int(runlen.sum())
+        if nloc > npresent:
+            raise r.fail(f"runs cover {nloc} chunks, more than the {npresent} present")
     starts = r.ints(nruns)
     base = _U64(r.u64())
     lens = r.sparse_ints(nloc)

@@ -92,6 +92,7 @@ class BlockWriter:
 
 
 _LOCAL = threading.local()
+MAX_RATIO = 1 << 15  # zstd's best: a 4-byte RLE block of 128 KiB
 
 
 def decompressor() -> Any:
@@ -134,6 +135,13 @@ class BlockReader:
             raise self.fail(f"{what} is {n}, expected at most {limit}")
         return n
 
+    def fits(self, n: int, what: str) -> None:
+        """Refuse ``n`` bytes of decoded column data that the rest of the block cannot hold, before
+        anything of that size is allocated (zstd turns 4 bytes into at most 128 KiB)."""
+        room = (len(self.buf) - self.pos) * MAX_RATIO + 64
+        if n > room:
+            raise self.fail(f"{what} of {n} bytes cannot come from the {len(self.buf) - self.pos} bytes left")
+
     def blob(self, expected: int | None = None) -> bytes:
         codec = self.u8()
         size = self.u64()
@@ -143,6 +151,13 @@ class BlockReader:
         elif codec == ZSTD:
             import zstandard
 
+            try:
+                declared = zstandard.frame_content_size(stored)
+            except zstandard.ZstdError as e:
+                raise self.fail(f"corrupt zstd data ({e})") from e
+            if expected is not None and ((declared >= 0 and declared != expected)
+                                         or expected > size * MAX_RATIO + 64):
+                raise self.fail(f"blob of {size} stored bytes cannot hold the {expected} expected")
             try:
                 out = decompressor().decompress(stored, max_output_size=expected if expected is not None else 0)
             except zstandard.ZstdError as e:
@@ -163,6 +178,7 @@ class BlockReader:
             return np.zeros(n, np.uint64)
         if w == 1:
             return np.frombuffer(self.blob(n), np.uint8).astype(np.uint64)
+        self.fits(n * w, "an integer column")
         out = np.zeros((n, 8), np.uint8)
         for j in range(w):
             out[:, j] = np.frombuffer(self.blob(n), np.uint8)

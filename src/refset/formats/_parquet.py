@@ -18,6 +18,7 @@ when asked (``rs.table(path)``, iteration, ``to_dict``, saving).
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -39,13 +40,38 @@ from ..tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, sparse_gri
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["read_parquet", "ParquetSource", "record_name", "decode_zmetadata"]
+__all__ = ["read_parquet", "ParquetSource", "record_name", "decode_zmetadata", "remote_leftovers"]
 
 LIST_FIRST = 1000  # an array with more record files than this: list its directory before reading
 
 # The bytes of a ``.zmetadata`` entry are what fsspec returns: it stores parsed JSON documents and
 # serves them re-serialised (compact), so whitespace of the original documents is not kept. A
 # document stored as text (the spec's ``dict[str, str]``) is returned unchanged.
+
+
+# Integrity (refset's own fields; fsspec reads only "metadata" and "record_size"): CHECKSUMS maps each
+# record file written to the CRC-32 of its bytes, and the text ends with SEAL, the CRC-32 of every byte
+# of .zmetadata before it. Record files also carry parquet page checksums.
+CHECKSUMS = "refset_checksums"
+SEAL = b', "refset_crc32": '
+
+
+def seal_zmetadata(text: bytes) -> bytes:
+    """``text`` (a JSON object) with its CRC-32 as a last member."""
+    body = text.rstrip()[:-1]
+    return body + SEAL + str(zlib.crc32(body)).encode() + b"}"
+
+
+def _unseal(raw: bytes, doc: dict[str, Any], where: str) -> None:
+    """Check the CRC-32 :func:`seal_zmetadata` wrote (when the document says refset wrote it)."""
+    i = raw.rfind(SEAL)
+    if i < 0:
+        if CHECKSUMS in doc:
+            raise InvalidReferences(f"{where}: checksum missing (corrupt data)")
+        return
+    tail = raw[i + len(SEAL):].rstrip()
+    if not (tail.endswith(b"}") and tail[:-1].isdigit() and int(tail[:-1]) == zlib.crc32(raw[:i])):
+        raise InvalidReferences(f"{where}: checksum mismatch (corrupt data)")
 
 
 def record_name(path: str, record: int) -> str:
@@ -168,7 +194,7 @@ def decode_record(data: bytes, where: str) -> _Record:
     import pyarrow.parquet as pq
 
     try:
-        table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+        table = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True).read(use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as e:
         raise InvalidReferences(f"{where}: not a readable parquet file ({e})") from e
     n = table.num_rows
@@ -221,8 +247,9 @@ class ParquetSource:
     ``.zmetadata`` only; a record file is a block (read and decoded on its own for single keys)."""
 
     def __init__(self, store: _Store, metadata: Mapping[str, object], record_size: int,
-                 source: str = "") -> None:
+                 source: str = "", checksums: Mapping[str, int] | None = None) -> None:
         self._docs = dict(metadata)
+        self._sums = checksums
         self._meta: dict[str, bytes] = {}  # documents serialised when first asked for
         grids: dict[str, ChunkGrid] = {}
         problems: list[str] = []
@@ -296,16 +323,28 @@ class ParquetSource:
     # -- records -----------------------------------------------------------------------------------
     def _read_record(self, path: str, record: int) -> _Record | None:
         name = record_name(path, record)
+        where = f"{self.source}/{name}"
+        sums = self._sums
+        if sums is not None and name not in sums:
+            return None  # not written: its keys are absent (a stray file there is not read)
         try:
             data = self.store.cat(name)
         except FileNotFoundError:
+            if sums is not None:
+                raise InvalidReferences(f"{where}: missing, but .zmetadata lists it") from None
             return None  # fsspec reads a missing record file as absent keys too
-        return decode_record(data, f"{self.source}/{name}")
+        if sums is not None and zlib.crc32(data) != sums[name]:
+            raise InvalidReferences(f"{where}: checksum mismatch (corrupt data)")
+        return decode_record(data, where)
 
     def _records(self, path: str) -> Iterator[tuple[int, _Record]]:
         """Every record file of array ``path`` that exists, in order."""
         n = -(-self.grids[path].nchunks // self.record_size)
-        names = self.store.names(path) if n > LIST_FIRST else None
+        names = None
+        if self._sums is not None:
+            names = {k.rpartition("/")[2] for k in self._sums if k.rpartition("/")[0] == path}
+        elif n > LIST_FIRST:
+            names = self.store.names(path)
         for r in range(n):
             if names is not None and f"refs.{r}.parq" not in names:
                 continue
@@ -352,6 +391,42 @@ class ParquetSource:
         return ChunkTable.from_entries(g, *cols, inline=inline)
 
 
+def remote_leftovers(fs: Any, root: str) -> list[str]:
+    """Complete trees (with ``.zmetadata``) that writes to ``root`` left beside it, newest name last."""
+    try:
+        found = fs.glob(f"{root}.refset-*.tmp")
+    except (FileNotFoundError, NotImplementedError, ValueError):
+        return []
+    return sorted(p.rstrip("/") for p in found)
+
+
+def _set_aside(store: _Store) -> tuple[_Store, bytes] | None:
+    """A set that a killed write left beside the missing directory, read in its place (the next write
+    puts it in place): locally the old set renamed aside (``<dir>.refset-old-*``), on an object store
+    the new tree that was being copied into place (``<dir>.refset-*.tmp``)."""
+    if store.fs is not None:
+        for t in reversed(remote_leftovers(store.fs, store.root)):
+            aside = _Store(t, None)
+            aside.fs, aside.root = store.fs, t
+            try:
+                return aside, aside.cat(".zmetadata")
+            except FileNotFoundError:
+                continue
+        return None
+    if os.path.lexists(store.root):
+        return None
+    from ._io import stale_leftovers
+
+    for old in sorted(stale_leftovers(store.root), key=os.path.getmtime, reverse=True):
+        if ".refset-old-" in os.path.basename(old):
+            aside = _Store(old, None)
+            try:
+                return aside, aside.cat(".zmetadata")
+            except OSError:
+                continue
+    return None
+
+
 def read_parquet(
     source: str,
     *,
@@ -373,17 +448,24 @@ def read_parquet(
     try:
         raw = store.cat(".zmetadata")
     except FileNotFoundError as e:
-        raise InvalidReferences(f"{source}: no .zmetadata; not a parquet reference directory") from e
+        aside = _set_aside(store)
+        if aside is None:
+            raise InvalidReferences(f"{source}: no .zmetadata; not a parquet reference directory") from e
+        store, raw = aside
     doc = decode_zmetadata(raw, f"{source}/.zmetadata")
     if not isinstance(doc, dict):
         raise InvalidReferences(f"{source}/.zmetadata: expected a JSON object, got {type(doc).__name__}")
+    _unseal(raw, doc, f"{source}/.zmetadata")
     meta = doc.get("metadata", {})
     size = doc.get("record_size")
+    sums = doc.get(CHECKSUMS)
     problems = []
+    if sums is not None and not (isinstance(sums, dict) and all(type(v) is int for v in sums.values())):
+        problems.append(f"{source}/.zmetadata: {CHECKSUMS!r} must map file names to integers")
     if not isinstance(meta, dict):
         problems.append(f"{source}/.zmetadata: 'metadata' must be an object, got {type(meta).__name__}")
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
         problems.append(f"{source}/.zmetadata: 'record_size' must be a positive integer, got {size!r}")
     if problems:
         raise InvalidReferences(problems)
-    return ParquetSource(store, meta, size, source=source)
+    return ParquetSource(store, meta, size, source=source, checksums=sums)

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import uuid
+import zlib
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -25,8 +26,8 @@ from ..errors import Unsupported
 from ..keys import ChunkGrid, path_problem
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE, ChunkTable
-from ._io import file_mode
-from ._parquet import record_name
+from ._io import crash_point, file_mode, recover_local, temp_prefix
+from ._parquet import CHECKSUMS, record_name, remote_leftovers, seal_zmetadata
 
 __all__ = ["write_parquet", "DEFAULT_RECORD_SIZE", "DEFAULT_CATEGORICAL_THRESHOLD"]
 
@@ -211,11 +212,15 @@ def _write_tree(write_file: Any, rs: ReferenceSet, meta: Mapping[str, object], a
     urls = np.empty(len(rs.urls), object)
     urls[:] = rs.urls
 
+    sums: dict[str, int] = {}
+
     def encode_and_write(name: str, table: Any) -> None:
         buf = io.BytesIO()
         pq.write_table(table, buf, compression=compression, compression_level=compression_level,
-                       write_statistics=False, use_dictionary=["path"])
-        write_file(name, buf.getvalue())
+                       write_statistics=False, use_dictionary=["path"], write_page_checksum=True)
+        data = buf.getvalue()
+        sums[name] = zlib.crc32(data)
+        write_file(name, data)
 
     # Arrow tables are built here; encoding and file writes (which release the GIL) overlap in a
     # small pool. At most `2 * workers` tables wait, so memory stays bounded.
@@ -231,8 +236,9 @@ def _write_tree(write_file: Any, rs: ReferenceSet, meta: Mapping[str, object], a
                     pending.pop(0).result()
         for f in pending:
             f.result()
-    doc = {"metadata": dict(sorted(meta.items())), "record_size": record_size}
-    write_file(".zmetadata", json.dumps(doc).encode())
+    doc = {"metadata": dict(sorted(meta.items())), "record_size": record_size,
+           CHECKSUMS: dict(sorted(sums.items()))}
+    write_file(".zmetadata", seal_zmetadata(json.dumps(doc).encode()))
 
 
 def write_parquet(
@@ -269,9 +275,13 @@ def write_parquet(
 
 
 def _write_local(dest: str, args: tuple[Any, ...]) -> None:
+    """The tree is written to a temporary directory beside ``dest``; then ``dest`` is renamed aside
+    and the new tree into place. A kill between the two renames leaves the old set aside: readers
+    use it and the next write to ``dest`` puts it back first (see :func:`~._io.recover_local`)."""
     parent = os.path.dirname(os.path.abspath(dest))
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".refset-", suffix=".tmp", dir=parent)
+    recover_local(dest)
+    tmp = tempfile.mkdtemp(prefix=temp_prefix(dest), suffix=".tmp", dir=parent)
     made: set[str] = {tmp}
 
     def write_file(rel: str, data: bytes) -> None:
@@ -287,10 +297,13 @@ def _write_local(dest: str, args: tuple[Any, ...]) -> None:
     try:
         _write_tree(write_file, *args)
         os.chmod(tmp, file_mode(directory=True))
+        crash_point("parquet-before-renames")
         if os.path.lexists(dest):
-            old = f"{dest}.refset-old-{uuid.uuid4().hex[:8]}"
+            old = f"{dest}.refset-old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             os.rename(dest, old)
+        crash_point("parquet-between-renames")
         os.rename(tmp, dest)
+        crash_point("parquet-after-renames")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and not os.path.lexists(dest):
@@ -311,6 +324,7 @@ def _write_remote(dest: str, storage_options: Mapping[str, Any] | None, args: tu
 
     fs, root = fsspec.core.url_to_fs(dest, **dict(storage_options or {}))
     root = root.rstrip("/")
+    _recover_remote(fs, root)
     tmp = f"{root}.refset-{uuid.uuid4().hex[:8]}.tmp"
     names: list[str] = []
 
@@ -324,10 +338,35 @@ def _write_remote(dest: str, storage_options: Mapping[str, Any] | None, args: tu
             if fs.exists(f"{root}/.zmetadata"):
                 fs.rm_file(f"{root}/.zmetadata")
             fs.rm(root, recursive=True)
-        for rel in sorted(names, key=lambda r: r == ".zmetadata"):
-            fs.copy(f"{tmp}/{rel}", f"{root}/{rel}")
+        _publish(fs, tmp, root, names)
     finally:
         try:
             fs.rm(tmp, recursive=True)
         except FileNotFoundError:
             pass
+
+
+def _publish(fs: Any, tmp: str, root: str, names: list[str]) -> None:
+    for i, rel in enumerate(sorted(names, key=lambda r: r == ".zmetadata")):
+        fs.copy(f"{tmp}/{rel}", f"{root}/{rel}")
+        if i == 0:
+            crash_point("parquet-remote-copying")
+
+
+def _recover_remote(fs: Any, root: str) -> None:
+    """Finish a write killed while it copied its tree into place (``root`` without ``.zmetadata``,
+    the complete tree beside it), then remove every tree left beside ``root``. Writes to one remote
+    target must not run at once."""
+    left = remote_leftovers(fs, root)
+    if not left:
+        return
+    if not fs.exists(f"{root}/.zmetadata"):
+        for t in reversed(left):
+            if fs.exists(f"{t}/.zmetadata"):
+                names = [p[len(t) + 1:] for p in fs.find(t)]
+                if fs.exists(root):
+                    fs.rm(root, recursive=True)
+                _publish(fs, t, root, names)
+                break
+    for t in left:
+        fs.rm(t, recursive=True)

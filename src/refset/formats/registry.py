@@ -7,6 +7,7 @@ module stays light (``import refset`` loads no pyarrow, zarr or jinja2).
 
 from __future__ import annotations
 
+import glob
 import importlib
 import os
 from collections.abc import Mapping
@@ -148,6 +149,8 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
     if local is not None:
         if os.path.isdir(local):
             return FORMATS["parquet"], None
+        if not os.path.lexists(local) and glob.glob(glob.escape(local) + ".refset-old-*"):
+            return FORMATS["parquet"], None  # a killed write set it aside (see _parquet._set_aside)
         with open(local, "rb") as f:
             head = f.read(16)
         return (FORMATS["packed"] if head.startswith(PACKED_MAGIC) else FORMATS["json"]), None
@@ -169,6 +172,12 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
         head = bytes(fs.cat_file(path, start=0, end=HEAD_SIZE))
     except Exception:
         if has_zmetadata():
+            return FORMATS["parquet"], None
+        try:  # a write killed while copying its tree into place left it beside the path
+            aside = fs.glob(f"{path}.refset-*.tmp")
+        except Exception:
+            aside = []
+        if aside:
             return FORMATS["parquet"], None
         raise
     if head.startswith(PACKED_MAGIC):

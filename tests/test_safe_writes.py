@@ -1,0 +1,124 @@
+"""Safe writes (issue 12): a writer killed (SIGKILL, at a point named by ``REFSET_CRASH_AT``) leaves the
+old output or the new one, readable at once; the next write to the target cleans what it left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import refset
+
+from .helpers import zarray
+
+
+def _refs(version: int) -> dict:
+    compact = json.dumps(json.loads(zarray([8], [1])), separators=(",", ":"))  # as parquet serves it
+    refs = {".zgroup": '{"zarr_format":2}', "a/.zarray": compact, "a/.zattrs": f'{{"v":{version}}}'}
+    refs.update({f"a/{i}": [f"f{version}.nc", 100 * i, 100 + version] for i in range(8)})
+    return refs
+
+
+_WRITE = """
+import json, sys, refset
+dest, refs, opts = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+refset.save(refset.load(refs), dest, storage_options=opts or None)
+print("WRITTEN")
+"""
+
+
+def _killed_write(dest: str, refs: dict, point: str, storage_options: dict | None = None) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(refset.__file__).parents[1]), "REFSET_CRASH_AT": point}
+    r = subprocess.run([sys.executable, "-c", _WRITE, dest, json.dumps(refs), json.dumps(storage_options or {})],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stdout, r.stderr[-2000:])
+
+
+def _set(dest: str, storage_options: dict | None = None) -> dict:
+    return refset.load(dest, storage_options=storage_options).to_dict()
+
+
+def _expected(version: int) -> dict:
+    return refset.load(_refs(version)).to_dict()
+
+
+@pytest.mark.parametrize("point,survivor", [("parquet-before-renames", 1), ("parquet-between-renames", 1),
+                                            ("parquet-after-renames", 2)])
+def test_parquet_killed_between_its_steps(tmp_path, point, survivor):
+    dest = str(tmp_path / "out.parq")
+    refset.save(refset.load(_refs(1)), dest)
+    _killed_write(dest, _refs(2), point)
+    assert _set(dest) == _expected(survivor)  # read at once, before any repair
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left != ["out.parq"]  # the kill left something beside it
+    refset.save(refset.load(_refs(3)), dest)
+    assert _set(dest) == _expected(3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.parq"]
+
+
+def test_parquet_set_aside_is_put_back_by_the_next_write_of_another_format(tmp_path):
+    dest = str(tmp_path / "out.parq")
+    refset.save(refset.load(_refs(1)), dest)
+    _killed_write(dest, _refs(2), "parquet-between-renames")
+    assert not os.path.exists(dest)
+    refset.save(refset.load(_refs(3)), tmp_path / "other.json")  # another target: not touched
+    assert not os.path.exists(dest)
+    refset.save(refset.load(_refs(4)), dest)
+    assert _set(dest) == _expected(4)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.json", "out.parq"]
+
+
+@pytest.mark.parametrize("name", ["out.json", "out.json.zst", "out.packed"])
+def test_single_file_writers_killed_before_rename(tmp_path, name):
+    dest = str(tmp_path / name)
+    refset.save(refset.load(_refs(1)), dest)
+    _killed_write(dest, _refs(2), "write-before-rename")
+    assert _set(dest) == _expected(1)
+    assert any(p.name.startswith(f".{name}.refset-") and p.name.endswith(".tmp") for p in tmp_path.iterdir())
+    refset.save(refset.load(_refs(3)), dest)
+    assert _set(dest) == _expected(3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_live_writers_temporary_is_left_alone(tmp_path):
+    """Only temporaries of processes no longer running are removed (this process is running)."""
+    from refset.formats._io import temp_prefix
+
+    dest = tmp_path / "out.json"
+    live = tmp_path / f"{temp_prefix(str(dest))}abc.tmp"
+    live.write_bytes(b"in progress")
+    refset.save(refset.load(_refs(1)), dest)
+    assert live.exists()
+
+
+def test_parquet_on_s3_killed_while_copying_into_place(s3):
+    import s3fs
+
+    dest = "s3://refs/killed/out.parq"
+    refset.save(refset.load(_refs(1)), dest, storage_options=s3)
+    _killed_write(dest, _refs(2), "parquet-remote-copying", s3)
+    fs = s3fs.S3FileSystem(**s3)
+    fs.invalidate_cache()
+    assert not fs.exists("refs/killed/out.parq/.zmetadata")
+    assert fs.glob("refs/killed/out.parq.refset-*.tmp")
+    assert _set(dest, s3) == _expected(2)  # the complete new tree beside it is read
+    refset.save(refset.load(_refs(3)), dest, storage_options=s3)
+    fs.invalidate_cache()
+    assert _set(dest, s3) == _expected(3)
+    assert fs.glob("refs/killed/out.parq.refset-*.tmp") == []
+
+
+def test_reference_filesystem_get_file_writes_through_a_temporary(tmp_path):
+    data = tmp_path / "d.bin"
+    data.write_bytes(bytes(range(200)))
+    fs = refset.ReferenceFileSystem({"version": 1, "refs": {"k": [str(data), 10, 5], "i": "inline"}})
+    fs.get_file("k", str(tmp_path / "k.out"))
+    fs.get_file("i", str(tmp_path / "i.out"))
+    assert (tmp_path / "k.out").read_bytes() == bytes(range(10, 15))
+    assert (tmp_path / "i.out").read_bytes() == b"inline"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.bin", "i.out", "k.out"]
