@@ -224,10 +224,11 @@ def test_scan_progress_only_on_a_terminal(tmp_path: Path):
     args = ["scan", *files, "-o", str(tmp_path / "out") + "/"]
     rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", *args])
     assert rc == 0 and "scanning" in tty and "3/3" in tty and tty.count("wrote ") == 3
-    r = _run(*args)
+    assert "scanned 3 inputs" in tty  # the summary
+    r = _run(*args, "--overwrite")
     assert r.returncode == 0 and "scanning" not in r.stderr and "\r" not in r.stderr
-    assert r.stderr.count("wrote ") == 3
-    rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", *args, "--quiet"])
+    assert r.stderr.count("wrote ") == 3 and "scanned 3 inputs" in r.stderr
+    rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", *args, "--quiet", "--overwrite"])
     assert rc == 0 and tty.strip() == ""
     # combined on a cluster: the bar follows the scan tasks
     pytest.importorskip("distributed")

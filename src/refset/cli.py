@@ -25,13 +25,13 @@ def _size_on_disk(path: str) -> int | None:
     return os.path.getsize(path) if os.path.exists(path) else None
 
 
-def info_dict(path: str) -> dict[str, Any]:
+def info_dict(path: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     import numpy as np
 
     import refset
     from refset.tables import INLINE, RANGE, WHOLE
 
-    rs = refset.load(path)
+    rs = refset.load(path, storage_options=storage_options)
     kinds = np.bincount(rs.other.kind, minlength=4).astype(np.int64)
     arrays = []
     for p, g in rs.grids.items():
@@ -100,7 +100,7 @@ def _print_info(d: dict[str, Any]) -> None:
 
 
 def cmd_info(a: argparse.Namespace) -> int:
-    d = info_dict(a.refs)
+    d = info_dict(a.refs, _json_arg(a.storage_options, "--storage-options"))
     if a.json:
         sys.stdout.write(json.dumps(d, indent=2, default=str) + "\n")
     else:
@@ -114,13 +114,14 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from .formats._io import decompress, read_bytes
     from .formats._json_read import document_problems
 
-    if detect_format(a.refs) == "json":
-        problems = document_problems(decompress(read_bytes(a.refs), a.refs), max_gen=a.max_gen)
+    so = _json_arg(a.storage_options, "--storage-options")
+    if detect_format(a.refs, so) == "json":
+        problems = document_problems(decompress(read_bytes(a.refs, so), a.refs), max_gen=a.max_gen)
     else:
         import refset
 
         try:
-            rs = refset.load(a.refs)
+            rs = refset.load(a.refs, storage_options=so)
             for p in rs.grids:
                 rs.table(p)
             problems = []
@@ -139,7 +140,7 @@ def cmd_ls(a: argparse.Namespace) -> int:
     import refset
     from refset.keys import array_key
 
-    rs = refset.load(a.refs)
+    rs = refset.load(a.refs, storage_options=_json_arg(a.storage_options, "--storage-options"))
     prefix = (a.prefix or "").strip("/")
 
     def under(key: str) -> bool:
@@ -170,16 +171,21 @@ def _ls_line(rs: Any, key: str, long: bool) -> str:
 
 
 def cmd_convert(a: argparse.Namespace) -> int:
+    import time
+
     import refset
 
-    _check_output(a)
-    rs = refset.load(a.input)
-    if a.rename:
-        rs = refset.rename_urls(rs, dict(_pair(r, "--rename") for r in a.rename))
-    refset.save(rs, a.output, format=a.format, **_options(a.option))
-    size = _size_on_disk(a.output)
-    if size is not None:
-        sys.stderr.write(f"wrote {a.output} ({size:,} bytes)\n")
+    t0 = time.perf_counter()
+    so = _json_arg(a.storage_options, "--storage-options")
+    renames = dict(_pair(r, "--rename") for r in a.rename or [])
+    options = _writer_options(a, a.output)
+    _refuse_existing(a, [a.output])
+    rs = refset.load(a.input, storage_options=so)
+    if renames:
+        rs = refset.rename_urls(rs, renames)
+    refset.save(rs, a.output, format=a.format, **options)
+    if not a.quiet:
+        _summary(a.output, 1, rs, t0)
     return EXIT_OK
 
 
@@ -187,23 +193,58 @@ class UsageError(Exception):
     """A command line that cannot mean anything: exit status 2, the message on stderr."""
 
 
-def _check_output(a: argparse.Namespace) -> None:
-    """Refuse an output whose suffix names no format when ``--format`` does not say which."""
-    if a.format is not None or "://" in a.output:
-        return
-    from .errors import Unsupported
-    from .formats.registry import for_dest
+def _writer_options(a: argparse.Namespace, dest: str, check_suffix: bool = True) -> dict[str, Any]:
+    """The ``-o NAME=VALUE`` writer options for ``dest``, checked against its format's options.
 
+    The format is ``--format`` or told by ``dest``'s suffix; an unknown suffix (``out.xyz``), an
+    unknown option or a value the option does not allow is a :class:`UsageError`, raised before
+    anything is read or written.
+    """
+    from .errors import InvalidOption, Unsupported
+    from .formats.registry import by_name, for_dest
+
+    if a.format is not None:
+        spec = by_name(a.format)
+    else:
+        try:
+            spec = for_dest(dest, strict=check_suffix and "://" not in dest)
+        except Unsupported as e:
+            raise UsageError(f"{e}; or give --format") from None
     try:
-        for_dest(a.output, strict=True)
-    except Unsupported as e:
-        raise UsageError(f"{e}; or give --format") from None
+        return spec.parse_options(a.option or [])
+    except InvalidOption as e:
+        raise UsageError(str(e)) from None
+
+
+def _refuse_existing(a: argparse.Namespace, dests: Sequence[str]) -> None:
+    """Without ``--overwrite``, an existing local output (file or parquet directory) is a
+    :class:`UsageError`, found before any work starts, so that the old output stays as it was."""
+    if a.overwrite:
+        return
+    for dest in dests:
+        if "://" in dest and not dest.startswith("file://"):
+            continue  # remote outputs are not probed (their options are the reader's)
+        path = dest.removeprefix("file://").rstrip("/") or "/"
+        if os.path.lexists(path):
+            what = "directory" if os.path.isdir(path) else "file"
+            raise UsageError(f"output {dest} exists ({what}); give --overwrite to replace it")
+
+
+def _summary(out: str, n_inputs: int, rs: Any, t0: float) -> None:
+    """The line that ends scan, combine and convert: inputs, arrays, references, output size, time."""
+    import time
+
+    n = sum(rs.table(p).count() for p in rs.grids)
+    size = _size_on_disk(out)
+    sized = f"{size:,} bytes" if size is not None else "size unknown"
+    sys.stderr.write(f"wrote {out}: {n_inputs:,} input{'s' * (n_inputs != 1)}, {len(rs.grids)} arrays, "
+                     f"{n:,} references, {sized} in {time.perf_counter() - t0:.1f} s\n")
 
 
 def _pair(item: str, flag: str) -> tuple[str, str]:
     old, sep, new = item.partition("=")
     if not sep or not old:
-        raise SystemExit(f"refset: {flag} {item!r}: expected OLD=NEW")
+        raise UsageError(f"{flag} {item!r}: expected OLD=NEW")
     return old, new
 
 
@@ -219,14 +260,17 @@ def _options(items: Sequence[str] | None) -> dict[str, Any]:
 
 
 def _json_arg(text: str | None, flag: str) -> dict[str, Any]:
-    if not text:
+    """The fsspec options given as JSON text to ``flag``; a :class:`UsageError` unless a JSON object."""
+    if text is None:
         return {}
     try:
         value = json.loads(text)
     except ValueError as e:
-        raise SystemExit(f"refset: {flag}: not JSON ({e})") from None
+        raise UsageError(f"{flag} {text!r}: not JSON ({e}); expected an object such as "
+                         "'{\"anon\": true}'") from None
     if not isinstance(value, dict):
-        raise SystemExit(f"refset: {flag}: must be a JSON object")
+        raise UsageError(f"{flag} {text!r}: expected a JSON object such as '{{\"anon\": true}}', "
+                         f"got {type(value).__name__}")
     return value
 
 
@@ -253,7 +297,7 @@ def _inputs(items: Sequence[str]) -> list[str]:
         elif "://" not in item and glob.has_magic(item):
             found = sorted(glob.glob(item))
             if not found:
-                raise SystemExit(f"refset: {item}: no file matches")
+                raise UsageError(f"{item}: no file matches")
             out.extend(found)
         else:
             out.append(item)
@@ -268,7 +312,7 @@ def _coo_map(items: Sequence[str] | None) -> dict[str, Any]:
     for item in items or []:
         dim, sep, sel = item.partition("=")
         if not sep or not dim:
-            raise SystemExit(f"refset: --coo-map {item!r}: expected DIM=SELECTOR")
+            raise UsageError(f"--coo-map {item!r}: expected DIM=SELECTOR")
         out[dim] = re.compile(sel[3:]) if sel.startswith("re:") else sel
     return out
 
@@ -300,16 +344,19 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
     import refset
 
     t0 = time.perf_counter()
+    ro = _json_arg(a.remote_options, "--remote-options") if a.remote_options is not None else None
+    options = _writer_options(a, a.output)
     if a.append and os.path.exists(a.output):
         inputs = [a.output, *inputs]
-    _check_output(a)
+    else:
+        _refuse_existing(a, [a.output])
     client = _client(a, len(inputs))
     bar = Bar(len(inputs), "opening" if client is None else "scanning on the cluster", wanted(a.quiet))
     try:
         rs = refset.combine(inputs, concat_dims=a.concat_dim,
                             identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
                             coo_map=_coo_map(a.coo_map), coo_dtypes=dict(_options(a.coo_dtype)),
-                            storage_options=so,
+                            storage_options=so, remote_options=ro,
                             client=client, progress=bar.update)
     finally:
         bar.close()
@@ -318,12 +365,9 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
             client.close()
             if cluster is not None:
                 cluster.close()
-    refset.save(rs, a.output, format=a.format, **_options(a.option))
+    refset.save(rs, a.output, format=a.format, **options)
     if not a.quiet:
-        n = sum(rs.table(p).count() for p in rs.grids)
-        size = _size_on_disk(a.output)
-        sys.stderr.write(f"wrote {a.output}: {len(inputs)} inputs, {len(rs.grids)} arrays, {n:,} references, "
-                         f"{size or 0:,} bytes in {time.perf_counter() - t0:.1f} s\n")
+        _summary(a.output, len(inputs), rs, t0)
     return EXIT_OK
 
 
@@ -332,42 +376,56 @@ def cmd_combine(a: argparse.Namespace) -> int:
 
 
 def cmd_scan(a: argparse.Namespace) -> int:
+    import time
+
     import refset
 
+    t0 = time.perf_counter()
     a.files = _inputs(a.files)
     if a.concat_dim:
         from .scan import INLINE_THRESHOLD
 
         if a.group or a.drop_variables or a.subchunk or a.inline_threshold != INLINE_THRESHOLD:
-            raise SystemExit("refset scan --concat-dim: --group, --drop-variables, --subchunk and "
-                             "--inline-threshold apply to single-file scans (refset combine takes sets)")
+            raise UsageError("--concat-dim: --group, --drop-variables, --subchunk and --inline-threshold "
+                             "apply to single-file scans (refset combine takes sets)")
         return _combine_and_save(a, a.files, _json_arg(a.storage_options, "--storage-options"))
+    if a.remote_options is not None:
+        raise UsageError("--remote-options: used with --concat-dim (reading coordinate values); a scan "
+                         "reads only FILE, with --storage-options")
     many = len(a.files) > 1
     if many and "://" not in a.output and os.path.isfile(a.output):
-        raise SystemExit(f"refset scan: -o {a.output}: several files need a directory (end it with /)")
+        raise UsageError(f"-o {a.output}: several files need a directory (end it with /)")
+    so = _json_arg(a.storage_options, "--storage-options")
+    dests = [_scan_output(src, a.output, many, a.format) for src in a.files]
+    options = _writer_options(a, dests[0], check_suffix=not (many or a.output.endswith("/")))
+    _refuse_existing(a, dests)
     if (many or a.output.endswith("/")) and "://" not in a.output:
         os.makedirs(a.output, exist_ok=True)
-    if not (many or a.output.endswith("/")):
-        _check_output(a)
-    so = _json_arg(a.storage_options, "--storage-options")
     drop = [v for v in (a.drop_variables or "").split(",") if v]
+    arrays = refs = 0
     with Bar(len(a.files), "scanning", many and wanted(a.quiet)) as bar:
-        for src in bar.iterate(a.files):
+        for src, dest in bar.iterate(zip(a.files, dests, strict=True)):
             rs = refset.scan(src, storage_options=so, inline_threshold=a.inline_threshold, group=a.group,
                              drop_variables=drop, subchunk=a.subchunk)
-            dest = _scan_output(src, a.output, many, a.format)
-            refset.save(rs, dest, format=a.format, **_options(a.option))
-            n = sum(int(rs.table(p).kind_counts()[1:].sum()) for p in rs.grids)
-            if not a.quiet:
+            refset.save(rs, dest, format=a.format, **options)
+            n = sum(rs.table(p).count() for p in rs.grids)
+            arrays, refs = arrays + len(rs.grids), refs + n
+            if not a.quiet and many:
                 bar.write(f"wrote {dest} ({len(rs.grids)} arrays, {n:,} chunks) from {src}")
+    if not a.quiet and many:
+        size = sum(_size_on_disk(d) or 0 for d in dests)
+        sys.stderr.write(f"scanned {len(a.files):,} inputs into {a.output}: {arrays} arrays, {refs:,} "
+                         f"references, {size:,} bytes in {time.perf_counter() - t0:.1f} s\n")
+    elif not a.quiet:
+        _summary(dests[0], 1, rs, t0)
     return EXIT_OK
 
 
 def cmd_cat(a: argparse.Namespace) -> int:
     import refset
 
-    rs = refset.load(a.refs)
-    fs = refset.ReferenceFileSystem(fo=rs)
+    rs = refset.load(a.refs, storage_options=_json_arg(a.storage_options, "--storage-options"))
+    fs = refset.ReferenceFileSystem(fo=rs, remote_options=_json_arg(a.remote_options, "--remote-options"))
     data = fs.cat_file(a.key, start=a.start, end=a.end)
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
@@ -375,9 +433,11 @@ def cmd_cat(a: argparse.Namespace) -> int:
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
-    from .demo import prepare, run
+    from .demo import MARKER, prepare, run
     from .errors import Unsupported
 
+    if a.dir is not None and os.path.isfile(os.path.join(a.dir, MARKER)) and not a.quiet:
+        sys.stderr.write(f"replacing the files of an earlier refset demo in {a.dir}\n")
     try:
         directory = prepare(a.dir)
     except Unsupported as e:
@@ -424,8 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--drop-variables", metavar="A,B", help="comma-separated variables to leave out")
     s.add_argument("--subchunk", type=int, metavar="BYTES",
                    help="split uncompressed chunks bigger than this along their first axis")
-    s.add_argument("--storage-options", metavar="JSON", help="fsspec options for reading FILE, "
-                   "e.g. '{\"anon\": true}'")
+    _read_options(s, "FILE")
     s.add_argument("-O", "--option", action="append", metavar="NAME=VALUE",
                    help="writer option, e.g. -O record_size=100000 (repeatable)")
     _combine_options(s, required=False)
@@ -438,7 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("inputs", nargs="+", metavar="INPUT")
     s.add_argument("-o", "--output", required=True, metavar="OUT", help="output set")
     s.add_argument("--format", choices=list(FORMATS), help="output format (default: from OUT's suffix)")
-    s.add_argument("--storage-options", metavar="JSON", help="fsspec options for reading the inputs")
+    _read_options(s, "the INPUTs")
     s.add_argument("-O", "--option", action="append", metavar="NAME=VALUE", help="writer option")
     _combine_options(s, required=True)
     s.set_defaults(func=cmd_combine)
@@ -448,6 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "unique URLs, referenced bytes, format and size on disk.")
     s.add_argument("refs", help="reference set: JSON (.json/.gz/.zst), parquet directory or packed file")
     s.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    _read_options(s, "the reference set")
     s.set_defaults(func=cmd_info)
 
     s = sub.add_parser("validate", help="check a reference set and list every problem",
@@ -455,6 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("refs", help="reference set file or directory")
     s.add_argument("--max-gen", type=int, default=100_000_000,
                    help="refuse Version 1 'gen' producing more keys than this (default 100 million)")
+    _read_options(s, "the reference set")
     s.set_defaults(func=cmd_validate)
 
     s = sub.add_parser("ls", help="list keys", description="List the keys under PREFIX (all keys "
@@ -462,6 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("refs", help="reference set")
     s.add_argument("prefix", nargs="?", default="", help="only keys equal to or under this path")
     s.add_argument("-l", "--long", action="store_true", help="also print kind, url, offset, length")
+    _read_options(s, "the reference set")
     s.set_defaults(func=cmd_ls)
 
     s = sub.add_parser("convert", help="convert between formats",
@@ -475,6 +537,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="writer option, e.g. -o record_size=100000 (repeatable)")
     s.add_argument("--rename", action="append", metavar="OLD=NEW",
                    help="URLs starting with OLD start with NEW instead (repeatable; after data moved)")
+    _read_options(s, "IN")
+    _overwrite(s)
+    s.add_argument("--quiet", action="store_true", help="no summary line")
     s.set_defaults(func=cmd_convert)
 
     s = sub.add_parser("cat", help="write the bytes of one key to stdout",
@@ -483,6 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("key", help="key, e.g. temp/0.0.0")
     s.add_argument("--start", type=int, default=None, help="first byte (default 0)")
     s.add_argument("--end", type=int, default=None, help="end byte, exclusive (default: the end)")
+    _read_options(s, "the reference set", remote="the data files its references point into")
     s.set_defaults(func=cmd_cat)
 
     s = sub.add_parser("demo", help="see what refset is for: many NetCDF files -> one dataset",
@@ -501,6 +567,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _read_options(s: argparse.ArgumentParser, what: str, remote: str | None = None) -> None:
+    s.add_argument("--storage-options", metavar="JSON",
+                   help=f"fsspec options (a JSON object) for reading {what}, e.g. '{{\"anon\": true}}' "
+                        "(FSSPEC_<PROTOCOL>_<NAME> environment variables apply too)")
+    if remote:
+        s.add_argument("--remote-options", metavar="JSON",
+                       help=f"fsspec options (a JSON object) for {remote}")
+
+
+def _overwrite(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--overwrite", action="store_true", help="replace an existing output")
+
+
 def _combine_options(s: argparse.ArgumentParser, required: bool) -> None:
     s.add_argument("--concat-dim", action="append", required=required, metavar="DIM",
                    help="combine along DIM (repeatable; a dim the inputs lack is new)"
@@ -511,6 +590,11 @@ def _combine_options(s: argparse.ArgumentParser, required: bool) -> None:
                         "cf:VAR or re:PATTERN (on the input's name; group 1)")
     s.add_argument("--coo-dtype", action="append", metavar="DIM=DTYPE", help="e.g. member=i4")
     s.add_argument("--append", action="store_true", help="OUT, if it exists, is the first input")
+    s.add_argument("--remote-options", metavar="JSON",
+                   help="fsspec options (a JSON object) for the data files the inputs' references point "
+                        "into, read for coordinate values (default: --storage-options)"
+                        + ("" if required else "; with --concat-dim"))
+    _overwrite(s)
     s.add_argument("--scheduler", metavar="ADDR", help="run on this Dask scheduler (tcp://host:port)")
     s.add_argument("--workers", type=int, metavar="N",
                    help=f"processes of an embedded Dask cluster (default: one per core from "
@@ -521,7 +605,7 @@ def _combine_options(s: argparse.ArgumentParser, required: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
-    from .errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
+    from .errors import InvalidOption, InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
 
     try:
         status = int(a.func(a))
@@ -530,7 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader left (`refset ls ... | head`): what it wanted was written
         _silence_stdout()
         return EXIT_OK
-    except UsageError as e:
+    except (UsageError, InvalidOption) as e:
         sys.stderr.write(f"refset {a.command}: error: {e}\n")
         return EXIT_USAGE
     except (InvalidReferences, Unsupported) as e:

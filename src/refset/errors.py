@@ -10,6 +10,7 @@ __all__ = [
     "RefsetError",
     "InvalidReferences",
     "Unsupported",
+    "InvalidOption",
     "InvalidFile",
     "ReferenceNotReachable",
     "ShortRead",
@@ -41,6 +42,10 @@ class InvalidReferences(RefsetError, ValueError):
 
 class Unsupported(RefsetError, ValueError):
     """The input is valid but uses something refset (or the chosen format) cannot handle."""
+
+
+class InvalidOption(Unsupported):
+    """A writer option with an unknown name, or a value outside what the option allows."""
 
 
 class InvalidFile(RefsetError, ValueError):

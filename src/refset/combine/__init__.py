@@ -38,6 +38,7 @@ def combine(
     postprocess: Callable[[ReferenceSet], ReferenceSet] | None = None,
     check: bool = True,
     storage_options: Mapping[str, Any] | None = None,
+    remote_options: Mapping[str, Any] | None = None,
     client: Any = None,
     batch_size: int = 64,
     progress: Callable[[int], Any] | None = None,
@@ -53,7 +54,9 @@ def combine(
     gain it as their first dim. ``identical_dims``: variables taken from the first input, checked
     equal in every input unless ``check=False``. ``client``: a ``distributed.Client`` on whose
     workers the inputs are opened (scanned) and combined as a tree of ``batch_size`` sets per task
-    (see ``_dask``). ``progress(n)`` is called as each input has been opened (scanned), with 1.
+    (see ``_dask``). ``storage_options``: fsspec options for opening (scanning) the inputs;
+    ``remote_options``: for the data files their references point into, read for coordinate values
+    (default: ``storage_options``). ``progress(n)`` is called as each input has been opened (scanned), with 1.
     """
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
@@ -62,12 +65,13 @@ def combine(
     if not items:
         raise InvalidReferences("combine: no inputs")
     so = dict(storage_options or {})
+    ro = so if remote_options is None else dict(remote_options)
     if client is not None:
         from ._dask import combine_on_cluster
 
         out = combine_on_cluster(client, items, dims=dims, identical=list(identical_dims),
                                  coo_map=dict(coo_map or {}), coo_dtypes=dict(coo_dtypes or {}),
-                                 preprocess=preprocess, check=check, so=so, batch=batch_size,
+                                 preprocess=preprocess, check=check, so=so, ro=ro, batch=batch_size,
                                  progress=progress)
         return postprocess(out) if postprocess is not None else out
     opened = []
@@ -79,8 +83,8 @@ def combine(
     names = [n for _, n in opened]
     if preprocess is not None:
         sets = [preprocess(rs) for rs in sets]
-    coords = coordinates(sets, names, dims, dict(coo_map or {}), dict(coo_dtypes or {}), so)
-    out = _Combiner(sets, names, coords, set(identical_dims), check, so).build()
+    coords = coordinates(sets, names, dims, dict(coo_map or {}), dict(coo_dtypes or {}), ro)
+    out = _Combiner(sets, names, coords, set(identical_dims), check, ro).build()
     return postprocess(out) if postprocess is not None else out
 
 
@@ -141,6 +145,7 @@ def _is_data_file(url: str, so: Mapping[str, Any]) -> bool:
 class _Combiner:
     def __init__(self, sets: list[ReferenceSet], names: list[str], coords: list[Coordinate],
                  identical: set[str], check: bool, so: Mapping[str, Any]) -> None:
+        # so: fsspec options for the data files the sets' references point into
         self.sets, self.names, self.coords = sets, names, coords
         self.identical, self.check, self.so = identical, check, so
         self.urls, remaps = union_urls([rs.urls for rs in sets])

@@ -51,9 +51,10 @@ def _one_input(sel: Any, i: int) -> Any:
 
 
 def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]], dims: Sequence[str],
-                coo_dtypes: Mapping[str, Any], so: Mapping[str, Any],
+                coo_dtypes: Mapping[str, Any], so: Mapping[str, Any], ro: Mapping[str, Any],
                 preprocess: Callable[..., ReferenceSet] | None) -> tuple[list[Any], list[Any]]:
-    """Inputs ``start...`` opened (scanned), and each one's coordinate values and attributes."""
+    """Inputs ``start...`` opened (scanned) with ``so``, and each one's coordinate values and
+    attributes (data read with ``ro``)."""
     from . import open_input
 
     sets, coords = [], []
@@ -63,7 +64,7 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
             rs = preprocess(rs)
         sets.append((rs, name))
         coords.append([(c.per_input[0], c.attrs)
-                       for c in coordinates([rs], [name], dims, maps[k], coo_dtypes, so)])
+                       for c in coordinates([rs], [name], dims, maps[k], coo_dtypes, ro)])
     return sets, coords
 
 
@@ -91,17 +92,18 @@ def _combine_batch(parts: Sequence[tuple[ReferenceSet, str]], dims: Sequence[str
 def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str], identical: Sequence[str],
                        coo_map: Mapping[str, Any], coo_dtypes: Mapping[str, Any],
                        preprocess: Callable[..., ReferenceSet] | None, check: bool,
-                       so: Mapping[str, Any], batch: int = BATCH,
+                       so: Mapping[str, Any], ro: Mapping[str, Any] | None = None, batch: int = BATCH,
                        progress: Callable[[int], Any] | None = None) -> ReferenceSet:
     if batch < 2:
         raise ValueError(f"batch_size: must be at least 2, got {batch}")
     n = len(items)
     items = list(items)
+    ro = so if ro is None else ro  # combining reads data only (coordinate values)
     maps = [{d: _one_input(s, i) for d, s in coo_map.items()} for i in range(n)]
     # inputs opened a group per task (a task costs ~ms of scheduling: as much as a scan)
     threads = sum(client.nthreads().values()) or 1
     size = max(1, min(batch, -(-n // (4 * threads))))
-    groups = [client.submit(_open_group, items[s:s + size], s, maps[s:s + size], dims, coo_dtypes, so,
+    groups = [client.submit(_open_group, items[s:s + size], s, maps[s:s + size], dims, coo_dtypes, so, ro,
                             preprocess, pure=False) for s in range(0, n, size)]
     pending = [client.submit(_coords_part, g, pure=False) for g in groups]
     if progress is not None:
@@ -131,7 +133,7 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
         picks = [(used.index(i // size), i % size) for i in run]
         level.append((run[0], tuple(k[run[0]] for k in keys[:lead]), client.submit(
             _combine_picked, [groups[g] for g in used], picks, dims, identical, sel, coo_dtypes, target,
-            check, so, f"inputs {run[0]}..{run[-1]}", pure=False)))
+            check, ro, f"inputs {run[0]}..{run[-1]}", pure=False)))
     del groups, pending  # each group of input sets is released once its batches are combined
     for axis in range(lead, -1, -1):  # the last dim first, then the one before it...
         while len({e[1][:axis] for e in level}) < len(level):
@@ -140,7 +142,7 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
                 parts = sorted((level[j] for j in run), key=lambda e: e[0])
                 nxt.append((parts[0][0], level[run[0]][1], client.submit(
                     _combine_batch, [e[2] for e in parts], dims, identical, {}, coo_dtypes, target,
-                    check, so, f"part of inputs {parts[0][0]}...", pure=False)))
+                    check, ro, f"part of inputs {parts[0][0]}...", pure=False)))
             level = nxt
     return client.gather(level[0][2])[0]
 

@@ -105,9 +105,10 @@ def save(
     (``.parq``/``.parquet`` -> parquet, ``.packed`` -> packed, else JSON). JSON output is compressed by
     suffix: ``.gz`` or ``.zst``. Files get the mode the umask gives new files.
     """
-    rs = load(refs, storage_options=storage_options)
     dest = os.fspath(dest)
     spec = by_name(format) if format is not None else for_dest(dest)
+    options = spec.check_options(options)
+    rs = load(refs, storage_options=storage_options)
     full = rs.loaded()
     check_bounds({p: full.table(p) for p in full.grids}, full.other)  # however the set was built
     spec.write(full, dest, storage_options=storage_options, **options)

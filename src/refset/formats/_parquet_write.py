@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Unsupported
+from ..errors import InvalidOption, Unsupported
 from ..keys import ChunkGrid, path_problem
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE, ChunkTable
@@ -265,6 +265,7 @@ def write_parquet(
         raise Unsupported(f"options {sorted(options)} are not used by format 'parquet'")
     if not isinstance(record_size, int) or isinstance(record_size, bool) or record_size <= 0:
         raise Unsupported(f"record_size: expected a positive integer, got {record_size!r}")
+    _check_level(compression, compression_level)
     meta, arrays = _collect(rs)
     args = (rs, meta, arrays, record_size, categorical_threshold, pad, compression, compression_level)
     dest = os.fspath(dest).rstrip("/")
@@ -272,6 +273,22 @@ def write_parquet(
         _write_local(dest[len("file://"):] if dest.startswith("file://") else dest, args)
     else:
         _write_remote(dest, storage_options, args)
+
+
+# the levels pyarrow's codecs accept; the others take none
+_LEVELS = {"zstd": (1, 22), "gzip": (1, 9), "brotli": (0, 11)}
+
+
+def _check_level(compression: str, level: int | None) -> None:
+    if level is None:
+        return
+    lo, hi = _LEVELS.get(compression, (None, None))
+    if lo is None:
+        raise InvalidOption(f"parquet option compression_level={level!r}: compression {compression!r} "
+                            f"takes no level (zstd 1-22, gzip 1-9, brotli 0-11 do)")
+    if not lo <= level <= hi:
+        raise InvalidOption(f"parquet option compression_level={level!r}: expected an integer from "
+                            f"{lo} to {hi} for compression {compression!r}")
 
 
 def _write_local(dest: str, args: tuple[Any, ...]) -> None:

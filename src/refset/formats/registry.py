@@ -10,19 +10,86 @@ from __future__ import annotations
 import glob
 import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import Unsupported
+from ..errors import InvalidOption, Unsupported
 
-__all__ = ["FormatSpec", "FORMATS", "by_name", "for_dest", "detect", "looks_like_refs",
+__all__ = ["Option", "FormatSpec", "FORMATS", "by_name", "for_dest", "detect", "looks_like_refs",
            "detect_with_head", "HEAD_SIZE", "PACKED_MAGIC", "GZIP_MAGIC", "ZSTD_MAGIC", "COMPRESSION_SUFFIXES"]
 
 PACKED_MAGIC = b"\x89RFSPK\r\n"
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One writer option: its name, type and allowed values, checked by ``save`` and the CLI alike."""
+
+    name: str
+    kind: type  # int, float, bool or str
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    none_ok: bool = False  # None (``none`` on the command line) means the writer's default
+
+    def allowed(self) -> str:
+        """What the option takes, in words."""
+        if self.kind is bool:
+            text = "true or false"
+        elif self.choices:
+            text = "one of " + ", ".join(self.choices)
+        else:
+            what = "an integer" if self.kind is int else "a number"
+            if self.minimum is not None and self.maximum is not None:
+                text = f"{what} from {self.minimum:g} to {self.maximum:g}"
+            elif self.minimum is not None:
+                text = f"{what} >= {self.minimum:g}"
+            else:
+                text = what
+        return text + (" (or none)" if self.none_ok else "")
+
+    def check(self, value: Any, fmt: str) -> Any:
+        """``value`` when allowed, else :class:`~refset.errors.InvalidOption` naming option, value and
+        what is allowed."""
+        if value is None and self.none_ok:
+            return None
+        ok = False
+        if self.kind is bool:
+            ok = isinstance(value, bool)
+        elif self.kind is str:
+            ok = isinstance(value, str) and value in self.choices
+        elif self.kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif self.kind is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and value == value
+        if ok and self.kind in (int, float):
+            ok = ((self.minimum is None or value >= self.minimum)
+                  and (self.maximum is None or value <= self.maximum))
+        if not ok:
+            raise InvalidOption(f"{fmt} option {self.name}={value!r}: expected {self.allowed()}")
+        return value
+
+    def parse(self, text: str, fmt: str) -> Any:
+        """The value of command-line text ``text`` (``true``/``false``, numbers, ``none``), checked."""
+        t = text.strip().lower()
+        value: Any = text
+        if self.none_ok and t in ("none", "null"):
+            return None
+        if self.kind is bool:
+            value = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}.get(t, text)
+        elif self.kind is str:
+            value = t
+        else:
+            try:
+                value = self.kind(t)
+            except ValueError:
+                pass
+        return self.check(value, fmt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +103,39 @@ class FormatSpec:
     suffixes: tuple[str, ...]
     magic: tuple[bytes, ...] = ()
     directory: bool = False
-    options: tuple[str, ...] = ()  # writer options
+    options: tuple[Option, ...] = ()  # writer options
+
+    def check_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` for this format's writer, each checked; :class:`~refset.errors.InvalidOption`
+        names an unknown option or a value outside what the option allows."""
+        known = {o.name: o for o in self.options}
+        out = {}
+        for name, value in options.items():
+            if name not in known:
+                raise InvalidOption(f"format {self.name!r} has no option {name!r}; {self.takes()}")
+            out[name] = known[name].check(value, self.name)
+        return out
+
+    def parse_options(self, items: Iterable[str]) -> dict[str, Any]:
+        """Command-line ``NAME=VALUE`` items, parsed and checked (see :meth:`check_options`)."""
+        known = {o.name: o for o in self.options}
+        out = {}
+        for item in items:
+            name, sep, text = item.partition("=")
+            name = name.strip()
+            if name not in known:
+                raise InvalidOption(f"format {self.name!r} has no option {name!r}; {self.takes()}")
+            if not sep:
+                raise InvalidOption(f"{self.name} option {item!r}: expected {name}=VALUE, VALUE "
+                                    f"{known[name].allowed()}")
+            out[name] = known[name].parse(text, self.name)
+        return out
+
+    def takes(self) -> str:
+        """The options this format's writer takes, in words."""
+        if not self.options:
+            return "it takes no options"
+        return "it takes: " + "; ".join(f"{o.name} ({o.allowed()})" for o in self.options)
 
     def _fn(self, ref: str | None, what: str) -> Any:
         if ref is None:
@@ -62,14 +161,24 @@ FORMATS: dict[str, FormatSpec] = {
         FormatSpec("json", "Version 0 JSON (.gz/.zst compress)", _F + "_json_read:read_json",
                    _F + "_json_v0:write_json", (".json",), (b"{", GZIP_MAGIC, ZSTD_MAGIC)),
         FormatSpec("v1", "Version 1 JSON with templates (gen=True: and gen)", _F + "_json_read:read_json",
-                   _F + "_v1_writer:write_v1", (), options=("gen",)),
+                   _F + "_v1_writer:write_v1", (),
+                   options=(Option("gen", bool, "add gen entries for regular runs of chunks"),)),
         FormatSpec("parquet", "fsspec's parquet layout (a directory)", _F + "_parquet:read_parquet",
                    _F + "_parquet_write:write_parquet", (".parq", ".parquet"), directory=True,
-                   options=("record_size", "categorical_threshold", "pad", "compression",
-                            "compression_level")),
+                   options=(
+                       Option("record_size", int, "chunks per record file", minimum=1),
+                       Option("categorical_threshold", float, "dictionary-encode paths above this many "
+                              "rows per unique path", minimum=0),
+                       Option("pad", bool, "pad each array's last record to record_size rows"),
+                       Option("compression", str, "parquet codec",
+                              choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none")),
+                       Option("compression_level", int, "codec level (zstd 1-22, gzip 1-9, brotli 0-11)",
+                              minimum=0, maximum=22, none_ok=True),
+                   )),
         FormatSpec("packed", "refset's packed binary form", _F + "_packed:read_packed",
                    _F + "_packed:write_packed", (".packed", ".refs", ".rfs"), (PACKED_MAGIC,),
-                   options=("level", "segment_chunks")),
+                   options=(Option("level", int, "zstd level of every block", minimum=1, maximum=22),
+                            Option("segment_chunks", int, "chunk-grid cells per segment", minimum=1))),
     )
 }
 
