@@ -98,6 +98,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(end - start))
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{max(end - 1, start)}/{size}")
+        if self.server.fault == "gzip-encoding":  # the stored bytes said to be gzip-encoded
+            self.send_header("Content-Encoding", "gzip")
         self.end_headers()
         if body and end > start:
             with open(path, "rb") as f:
@@ -120,7 +122,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), _Handler)
         self.root = os.path.realpath(root)
         self.delay = delay
-        self.fault: str | None = None  # "stall": never answer; "shift": 206 one byte later
+        self.fault: str | None = None  # see RangeServer.fault
         self.stopping = threading.Event()
         self.count = 0
         self.nbytes = 0
@@ -167,13 +169,14 @@ class RangeServer:
 
     @property
     def fault(self) -> str | None:
-        """A fault mode: None, ``"stall"`` (read each request, never answer) or ``"shift"`` (range
-        answers start one byte late, with a Content-Range saying so and the right length)."""
+        """A fault mode: None, ``"stall"`` (read each request, never answer), ``"shift"`` (range
+        answers start one byte late, with a Content-Range saying so and the right length) or
+        ``"gzip-encoding"`` (every answer says ``Content-Encoding: gzip``)."""
         return self._srv.fault
 
     @fault.setter
     def fault(self, value: str | None) -> None:
-        if value not in (None, "stall", "shift"):
+        if value not in (None, "stall", "shift", "gzip-encoding"):
             raise ValueError(f"unknown fault {value!r}")
         self._srv.fault = value
 

@@ -113,12 +113,70 @@ def test_parquet_on_s3_killed_while_copying_into_place(s3):
     assert fs.glob("refs/killed/out.parq.refset-*.tmp") == []
 
 
+def test_parquet_on_s3_paths_with_glob_characters_name_only_themselves(s3):
+    """fsspec expands [..], * and ? in rm/copy/glob: a set named run[1].parq must never read, replace or
+    remove run1.parq (before: it read run1's leftover tree, and writing it deleted run1.parq)."""
+    import s3fs
+
+    run1, other = "s3://refs/g/run1.parq", "s3://refs/g/run[1].parq"
+    refset.save(refset.load(_refs(1)), run1, storage_options=s3)
+    _killed_write(run1, _refs(2), "parquet-remote-copying", s3)  # run1's new tree left beside it
+    with pytest.raises(FileNotFoundError):
+        refset.load(other, storage_options=s3)  # never written: not run1's leftover
+    refset.save(refset.load(_refs(7)), other, storage_options=s3)
+    refset.save(refset.load(_refs(8)), other, storage_options=s3)
+    assert _set(other, s3) == _expected(8)
+    s3fs.S3FileSystem(**s3).invalidate_cache()
+    assert _set(run1, s3) == _expected(2)  # run1's leftover still there, read in its place
+
+
+def test_parquet_remote_copy_failing_keeps_the_new_set(tmp_path, monkeypatch):
+    """An error while the tree is copied into place (a transient S3 error, Ctrl-C) leaves the complete
+    new tree beside the target: readers use it and the next write puts it in place (before: both sets
+    were deleted)."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    dest = "memory://failing/out.parq"
+    refset.save(refset.load(_refs(1)), dest)
+    real, calls = MemoryFileSystem.cp_file, [0]
+
+    def flaky(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 2:
+            raise PermissionError("simulated transient error")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryFileSystem, "cp_file", flaky)
+    with pytest.raises(refset.errors.RefsetError, match=r"memory://failing/out.parq: writing the parquet set "
+                       r"failed \(PermissionError: simulated transient error\); the new set is kept complete"):
+        refset.save(refset.load(_refs(2)), dest)
+    monkeypatch.setattr(MemoryFileSystem, "cp_file", real)
+    assert _set(dest) == _expected(2)
+    refset.save(refset.load(_refs(3)), dest)
+    assert _set(dest) == _expected(3)
+    assert MemoryFileSystem().glob("/failing/out.parq.refset-*") == []
+
+
+_GET_FILE = """
+import sys, refset
+fs = refset.ReferenceFileSystem({"version": 1, "refs": {"k": [sys.argv[1], 10, 5]}})
+fs.get_file("k", sys.argv[2])
+"""
+
+
 def test_reference_filesystem_get_file_writes_through_a_temporary(tmp_path):
     data = tmp_path / "d.bin"
     data.write_bytes(bytes(range(200)))
+    out = tmp_path / "k.out"
+    out.write_bytes(b"old content")
+    env = {**os.environ, "PYTHONPATH": str(Path(refset.__file__).parents[1]), "REFSET_CRASH_AT": "write-before-rename"}
+    r = subprocess.run([sys.executable, "-c", _GET_FILE, str(data), str(out)], capture_output=True, timeout=120,
+                       env=env)
+    assert r.returncode == -signal.SIGKILL
+    assert out.read_bytes() == b"old content"  # killed before the rename: the old file whole
     fs = refset.ReferenceFileSystem({"version": 1, "refs": {"k": [str(data), 10, 5], "i": "inline"}})
-    fs.get_file("k", str(tmp_path / "k.out"))
+    fs.get_file("k", str(out))
     fs.get_file("i", str(tmp_path / "i.out"))
-    assert (tmp_path / "k.out").read_bytes() == bytes(range(10, 15))
+    assert out.read_bytes() == bytes(range(10, 15))
     assert (tmp_path / "i.out").read_bytes() == b"inline"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.bin", "i.out", "k.out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.bin", "i.out", "k.out"]  # the killed temporary removed

@@ -7,14 +7,15 @@ import os
 import re
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import InvalidReferences
 from ..limits import LIMITS
 from .registry import GZIP_MAGIC, ZSTD_MAGIC
 
-__all__ = ["read_bytes", "write_bytes", "decompress", "compress", "file_mode", "is_local", "local_path"]
+__all__ = ["read_bytes", "write_bytes", "decompress", "compress", "file_mode", "is_local", "local_path",
+           "remote_leftovers", "rm_tree", "reading_options"]
 
 
 _OUT = 1 << 24  # gzip output per step
@@ -148,6 +149,18 @@ def file_mode(directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~_umask()
 
 
+def reading_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """fsspec options to read a reference set at ``url``: over HTTP without the client's own
+    decompression (``Content-Encoding: gzip`` bodies reach :func:`decompress`, which bounds them),
+    unless the caller chose otherwise."""
+    so = dict(storage_options or {})
+    if url.startswith(("http://", "https://")):
+        ck = dict(so.get("client_kwargs") or {})
+        ck.setdefault("auto_decompress", False)
+        so["client_kwargs"] = ck
+    return so
+
+
 def read_bytes(path: str, storage_options: dict[str, Any] | None = None) -> bytes:
     """The content at ``path``; a large local file is memory-mapped (no copy, read on demand)."""
     if is_local(path, storage_options):
@@ -162,7 +175,7 @@ def read_bytes(path: str, storage_options: dict[str, Any] | None = None) -> byte
             return f.read()
     import fsspec
 
-    with fsspec.open(path, "rb", **(storage_options or {})) as f:
+    with fsspec.open(path, "rb", **reading_options(path, storage_options)) as f:
         return f.read()
 
 
@@ -253,3 +266,52 @@ def write_bytes(path: str, data: bytes, storage_options: dict[str, Any] | None =
     # object stores publish a file only when its upload completes
     with fsspec.open(path, "wb", **(storage_options or {})) as f:
         f.write(data)
+
+
+# -- trees on object stores (no directory rename): found by listing, never by glob patterns ---------
+# fsspec expands *, ? and [...] in rm/copy/glob, so a path such as "run[1].parq" would name other sets.
+
+def remote_leftovers(fs: Any, root: str) -> list[str]:
+    """Trees that writes to ``root`` left beside it (``<root>.refset-*.tmp``), complete ones (with
+    ``.zmetadata``) newest first, then the incomplete ones."""
+    parent, _, name = root.rstrip("/").rpartition("/")
+    try:
+        listed = fs.ls(parent, detail=False)
+    except (FileNotFoundError, NotImplementedError, ValueError, OSError):
+        return []
+    prefix = f"{name}.refset-"
+    trees = [p.rstrip("/") for p in listed
+             if p.rstrip("/").rpartition("/")[2].startswith(prefix) and p.rstrip("/").endswith(".tmp")]
+
+    def written(tree: str) -> float:
+        try:
+            info = fs.info(f"{tree}/.zmetadata")
+        except (FileNotFoundError, OSError):
+            return -1.0
+        t = info.get("LastModified") or info.get("mtime") or info.get("created") or 0
+        return float(t.timestamp() if hasattr(t, "timestamp") else t)
+
+    return sorted(trees, key=written, reverse=True)
+
+
+def rm_tree(fs: Any, path: str) -> None:
+    """Remove the tree at ``path`` (nothing when it is missing), the path taken literally."""
+    if not any(c in path for c in "*?["):
+        try:
+            fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+        return
+    try:
+        found = fs.find(path, withdirs=True, detail=True)
+    except FileNotFoundError:
+        return
+    files = [p for p, e in found.items() if e.get("type") != "directory"]
+    dirs = sorted((p for p, e in found.items() if e.get("type") == "directory"), key=len, reverse=True)
+    for p in files:
+        fs.rm_file(p)
+    for d in [*dirs, path]:
+        try:
+            fs.rmdir(d)
+        except (FileNotFoundError, OSError, NotImplementedError):
+            pass

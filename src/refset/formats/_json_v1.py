@@ -162,23 +162,36 @@ def _check_gen(
 
 CHUNK_KEY_BYTES = 96  # peak bytes per generated chunk key of a known grid (measured: ~92)
 GENERIC_KEY_BYTES = 256  # per generated key of any other form (measured: ~252 with 12-byte keys)
+URL_CHAR_BYTES = 4  # per character of a URL that changes from key to key (numpy unicode while rendered)
 
 
 def _estimate(g: Mapping[str, Any], dims: Mapping[str, np.ndarray | range], total: int,
               templates: Templates, grids: Mapping[str, ChunkGrid]) -> int:
     """Peak bytes that expanding ``g`` into ``total`` keys is expected to take, from its first key
-    (rendered alone): chunk keys of a known grid are stored as grid positions, others as strings."""
+    and URL (rendered alone): chunk keys of a known grid are stored as grid positions, others as
+    strings; a URL that changes from key to key is a string per key (4 bytes a character while
+    rendered in numpy)."""
     if total == 0:
         return 0
     first = {name: _values(vals)[:1] for name, vals in dims.items()}
     try:
+        url_p = compile_expr(g["url"], first, templates.plain)
+        varies = any(not isinstance(p, str) for p in url_p)
+        per_url = URL_CHAR_BYTES * len(_first_text(url_p)) + 64 if varies else 0
+    except (NotVectorisable, ValueError):
+        per_url = URL_CHAR_BYTES * len(g["url"]) + 64
+    try:
         key_p = compile_expr(g["key"], first, templates.plain)
     except (NotVectorisable, ValueError):
-        return total * (GENERIC_KEY_BYTES + 64)  # rendered item by item: strings at least
+        return total * (GENERIC_KEY_BYTES + 64 + per_url)  # rendered item by item: strings at least
     if _chunk_target(key_p, grids, 1) is not None:
-        return total * CHUNK_KEY_BYTES
-    key = "".join(p if isinstance(p, str) else str(np.asarray(p).reshape(-1)[0]) for p in key_p)
-    return total * (GENERIC_KEY_BYTES + max(0, len(key) - 12))
+        return total * (CHUNK_KEY_BYTES + per_url)
+    return total * (GENERIC_KEY_BYTES + max(0, len(_first_text(key_p)) - 12) + per_url)
+
+
+def _first_text(parts: list[Any]) -> str:
+    """The first rendered item of compiled template ``parts``."""
+    return "".join(p if isinstance(p, str) else str(np.asarray(p).reshape(-1)[0]) for p in parts)
 
 
 def _positions(dims: Mapping[str, np.ndarray | range], total: int) -> dict[str, np.ndarray]:

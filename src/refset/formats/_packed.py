@@ -23,7 +23,7 @@ from ..errors import InvalidReferences, Unsupported
 from ..keys import ChunkGrid
 from ..model import ReferenceSet
 from ..tables import ABSENT, INLINE, RANGE, ChunkTable, KeyTable, Ref, min_uint, resolve, sparse_grid
-from ._io import decompress, write_bytes
+from ._io import decompress, reading_options, write_bytes
 from ._packed_array import (
     Segment,
     array_stats,
@@ -170,7 +170,7 @@ class _Source:
         elif "://" in source or storage_options:
             import fsspec
 
-            self.fs, self.path = fsspec.core.url_to_fs(source, **dict(storage_options or {}))
+            self.fs, self.path = fsspec.core.url_to_fs(source, **reading_options(source, storage_options))
 
     def read(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``; fewer at the end of the file."""

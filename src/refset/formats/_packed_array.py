@@ -279,6 +279,7 @@ def encode_strings(w: BlockWriter, items: list[str]) -> None:
 
 
 def decode_strings(r: BlockReader, n: int) -> list[str]:
+    r.within_limit(n, 64, "a string column")  # a Python string each, empty ones included
     sizes = r.ints(n).astype(np.int64)
     data = r.blob(int(sizes.sum()))
     ends = np.cumsum(sizes)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidReferences
+from ..limits import LIMITS
 
 __all__ = ["BlockWriter", "BlockReader", "zigzag", "unzigzag", "decompressor", "RAW", "ZSTD"]
 
@@ -142,6 +143,13 @@ class BlockReader:
         if n > room:
             raise self.fail(f"{what} of {n} bytes cannot come from the {len(self.buf) - self.pos} bytes left")
 
+    def within_limit(self, n: int, each: int, what: str) -> None:
+        """Refuse ``n`` decoded items of ``each`` bytes beyond the decompression limit: columns of
+        width 0 (and empty strings) take no stored bytes, so the block alone cannot bound them."""
+        if n * each > LIMITS.decompressed:
+            raise self.fail(f"{what} of {n} would take {n * each} bytes, more than the decompression "
+                            "limit (refset.set_limits(decompressed=...) changes it)")
+
     def blob(self, expected: int | None = None) -> bytes:
         codec = self.u8()
         size = self.u64()
@@ -173,6 +181,7 @@ class BlockReader:
         if w > 8:
             raise self.fail(f"integer column width {w}, expected 0..8")
         if w == 0 or n == 0:
+            self.within_limit(n, 8, "an integer column")
             for _ in range(w):
                 self.blob(0)
             return np.zeros(n, np.uint64)

@@ -40,7 +40,7 @@ from ..tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, sparse_gri
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["read_parquet", "ParquetSource", "record_name", "decode_zmetadata", "remote_leftovers"]
+__all__ = ["read_parquet", "ParquetSource", "record_name", "decode_zmetadata"]
 
 LIST_FIRST = 1000  # an array with more record files than this: list its directory before reading
 
@@ -108,7 +108,9 @@ class _Store:
         else:
             import fsspec
 
-            self.fs, root = fsspec.core.url_to_fs(source, **dict(storage_options or {}))
+            from ._io import reading_options
+
+            self.fs, root = fsspec.core.url_to_fs(source, **reading_options(source, storage_options))
             self.root = root.rstrip("/")
 
     def cat(self, rel: str) -> bytes:
@@ -391,21 +393,14 @@ class ParquetSource:
         return ChunkTable.from_entries(g, *cols, inline=inline)
 
 
-def remote_leftovers(fs: Any, root: str) -> list[str]:
-    """Complete trees (with ``.zmetadata``) that writes to ``root`` left beside it, newest name last."""
-    try:
-        found = fs.glob(f"{root}.refset-*.tmp")
-    except (FileNotFoundError, NotImplementedError, ValueError):
-        return []
-    return sorted(p.rstrip("/") for p in found)
-
-
 def _set_aside(store: _Store) -> tuple[_Store, bytes] | None:
     """A set that a killed write left beside the missing directory, read in its place (the next write
     puts it in place): locally the old set renamed aside (``<dir>.refset-old-*``), on an object store
     the new tree that was being copied into place (``<dir>.refset-*.tmp``)."""
     if store.fs is not None:
-        for t in reversed(remote_leftovers(store.fs, store.root)):
+        from ._io import remote_leftovers
+
+        for t in remote_leftovers(store.fs, store.root):
             aside = _Store(t, None)
             aside.fs, aside.root = store.fs, t
             try:

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidOption, Unsupported
+from ..errors import InvalidOption, RefsetError, Unsupported
 from ..keys import ChunkGrid, path_problem
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE, ChunkTable
-from ._io import crash_point, file_mode, recover_local, temp_prefix
-from ._parquet import CHECKSUMS, record_name, remote_leftovers, seal_zmetadata
+from ._io import crash_point, file_mode, recover_local, remote_leftovers, rm_tree, temp_prefix
+from ._parquet import CHECKSUMS, record_name, seal_zmetadata
 
 __all__ = ["write_parquet", "DEFAULT_RECORD_SIZE", "DEFAULT_CATEGORICAL_THRESHOLD"]
 
@@ -351,39 +351,42 @@ def _write_remote(dest: str, storage_options: Mapping[str, Any] | None, args: tu
 
     try:
         _write_tree(write_file, *args)
+    except BaseException:
+        rm_tree(fs, tmp)  # incomplete (no .zmetadata): the old set is untouched
+        raise
+    try:
         if fs.exists(root):
             if fs.exists(f"{root}/.zmetadata"):
                 fs.rm_file(f"{root}/.zmetadata")
-            fs.rm(root, recursive=True)
+            rm_tree(fs, root)
         _publish(fs, tmp, root, names)
-    finally:
-        try:
-            fs.rm(tmp, recursive=True)
-        except FileNotFoundError:
-            pass
+    except OSError as e:  # the complete new tree stays beside root: readers use it, the next write puts it in place
+        raise RefsetError(f"{dest}: writing the parquet set failed ({type(e).__name__}: {e}); the new set "
+                          f"is kept complete at {tmp}, which readers use and the next write puts in place") from e
+    rm_tree(fs, tmp)
 
 
 def _publish(fs: Any, tmp: str, root: str, names: list[str]) -> None:
     for i, rel in enumerate(sorted(names, key=lambda r: r == ".zmetadata")):
-        fs.copy(f"{tmp}/{rel}", f"{root}/{rel}")
+        fs.cp_file(f"{tmp}/{rel}", f"{root}/{rel}")
         if i == 0:
             crash_point("parquet-remote-copying")
 
 
 def _recover_remote(fs: Any, root: str) -> None:
-    """Finish a write killed while it copied its tree into place (``root`` without ``.zmetadata``,
-    the complete tree beside it), then remove every tree left beside ``root``. Writes to one remote
-    target must not run at once."""
+    """Finish a write killed or failed while it copied its tree into place (``root`` without
+    ``.zmetadata``, the complete tree beside it), then remove every tree left beside ``root``. Writes
+    to one remote target must not run at once."""
     left = remote_leftovers(fs, root)
     if not left:
         return
     if not fs.exists(f"{root}/.zmetadata"):
-        for t in reversed(left):
+        for t in left:  # complete ones first, newest first
             if fs.exists(f"{t}/.zmetadata"):
                 names = [p[len(t) + 1:] for p in fs.find(t)]
                 if fs.exists(root):
-                    fs.rm(root, recursive=True)
+                    rm_tree(fs, root)
                 _publish(fs, t, root, names)
                 break
     for t in left:
-        fs.rm(t, recursive=True)
+        rm_tree(fs, t)

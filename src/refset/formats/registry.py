@@ -265,7 +265,9 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
         return (FORMATS["packed"] if head.startswith(PACKED_MAGIC) else FORMATS["json"]), None
     import fsspec
 
-    fs, path = fsspec.core.url_to_fs(source, **dict(storage_options or {}))
+    from ._io import reading_options
+
+    fs, path = fsspec.core.url_to_fs(source, **reading_options(source, storage_options))
     path = path.rstrip("/")
 
     def has_zmetadata() -> bool:
@@ -282,11 +284,9 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
     except Exception:
         if has_zmetadata():
             return FORMATS["parquet"], None
-        try:  # a write killed while copying its tree into place left it beside the path
-            aside = fs.glob(f"{path}.refset-*.tmp")
-        except Exception:
-            aside = []
-        if aside:
+        from ._io import remote_leftovers
+
+        if remote_leftovers(fs, path):  # a write killed while copying its tree into place left it
             return FORMATS["parquet"], None
         raise
     if head.startswith(PACKED_MAGIC):
