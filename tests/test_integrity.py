@@ -95,7 +95,7 @@ def test_parquet_page_checksums_are_written_and_verified(tmp_path):
         refset.load(str(tmp_path / "out.parq")).to_dict()
 
 
-def test_parquet_checksums_name_missing_and_stray_files(tmp_path):
+def test_parquet_checksums_name_a_missing_file(tmp_path):
     refset.save(refset.load(_refs()), tmp_path / "out.parq")
     (tmp_path / "out.parq" / "a" / "refs.0.parq").unlink()
     with pytest.raises(refset.InvalidReferences, match=r"a/refs.0.parq: missing, but .zmetadata lists it"):
