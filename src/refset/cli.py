@@ -618,7 +618,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"refset {a.command}: error: {e}\n")
         return EXIT_USAGE
     except (InvalidReferences, Unsupported) as e:
-        sys.stderr.write(f"refset {a.command}: invalid input:\n{e}\n")
+        text = str(e)  # one problem on the same line, several below it
+        sys.stderr.write(f"refset {a.command}: invalid input:" + ("\n" if "\n" in text else " ") + text + "\n")
         return EXIT_INVALID
     except FileNotFoundError as e:
         sys.stderr.write(f"refset {a.command}: not found: {e}\n")
