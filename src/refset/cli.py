@@ -47,6 +47,7 @@ def info_dict(path: str, storage_options: dict[str, Any] | None = None) -> dict[
             "chunks_present": present,
             "chunks_total": g.nchunks,
             "fraction_present": round(present / g.nchunks, 4) if g.nchunks else 1.0,
+            "dtype": _dtype(rs, p, g.zarr_format),
         })
     out: dict[str, Any] = {
         "source": path,
@@ -65,6 +66,19 @@ def info_dict(path: str, storage_options: dict[str, Any] | None = None) -> dict[
     return out
 
 
+def _dtype(rs: Any, path: str, zarr_format: int) -> str | None:
+    """The data type an array's metadata declares (None when it cannot be read)."""
+    name = ".zarray" if zarr_format == 2 else "zarr.json"
+    try:
+        meta = json.loads(rs[f"{path}/{name}" if path else name])
+        dt = meta["dtype" if zarr_format == 2 else "data_type"]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if isinstance(dt, dict) and isinstance(dt.get("name"), str):
+        return str(dt["name"])
+    return dt if isinstance(dt, str) else json.dumps(dt)
+
+
 def _format_name(stored: dict[str, Any]) -> str:
     name = str(stored.get("format", "?"))
     extra = [f"version {stored['version']}"] if "version" in stored else []
@@ -73,30 +87,61 @@ def _format_name(stored: dict[str, Any]) -> str:
     return f"{name} ({', '.join(extra)})" if extra else name
 
 
+_HEADER_KEYS = {"source", "format", "size_on_disk", "keys", "inline", "range", "whole_file", "unique_urls",
+                "referenced_bytes", "arrays"}
+# figures the packed format keeps per array, shown as columns (the rest with --json)
+_PACKED_COLUMNS = (("bytes", "packed bytes"), ("bytes_per_ref", "bytes/ref"), ("gfactor", "gfactor"))
+
+
+def _number(v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return str(v)
+    return f"{v:,}" if isinstance(v, int) else f"{v:,.2f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    """Rows aligned under ``header``; the columns in ``right`` (numbers) aligned right."""
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    return ["  ".join((c.rjust(w) if i in right else c.ljust(w)) for i, (c, w) in enumerate(zip(r, widths))
+                      ).rstrip() for r in (header, *rows)]
+
+
 def _print_info(d: dict[str, Any]) -> None:
-    w = sys.stdout.write
-    w(f"source:           {d['source']}\n")
-    w(f"format:           {d['format']}\n")
+    """A header of figures about the whole set, then one table of its arrays."""
+    head = [("source", d["source"]), ("format", d["format"])]
     if d["size_on_disk"] is not None:
         per = d["size_on_disk"] / d["keys"] if d["keys"] else 0.0
-        w(f"size on disk:     {d['size_on_disk']:,} bytes ({per:.1f} bytes/key)\n")
-    w(f"keys:             {d['keys']:,} (inline {d['inline']:,}, range {d['range']:,}, "
-      f"whole-file {d['whole_file']:,})\n")
-    w(f"unique urls:      {d['unique_urls']:,}\n")
-    w(f"referenced bytes: {d['referenced_bytes']:,}\n")
-    w(f"arrays:           {len(d['arrays'])}\n")
-    for a in d["arrays"]:
-        shape = "x".join(map(str, a["shape"])) or "()"
-        chunks = "x".join(map(str, a["chunks"])) or "()"
-        grid = "x".join(map(str, a["grid"])) or "()"
-        w(f"  {a['path'] or '/'}: shape {shape}, chunks {chunks}, grid {grid}, "
-          f"{a['chunks_present']:,}/{a['chunks_total']:,} chunks present "
-          f"({100 * a['fraction_present']:.1f}%)\n")
-    skip = {"source", "format", "size_on_disk", "keys", "inline", "range", "whole_file",
-            "unique_urls", "referenced_bytes", "arrays"}
+        head.append(("size on disk", f"{d['size_on_disk']:,} bytes ({per:.1f} bytes/key)"))
+    head += [("keys", f"{d['keys']:,} (inline {d['inline']:,}, range {d['range']:,}, "
+                      f"whole-file {d['whole_file']:,})"),
+             ("unique urls", f"{d['unique_urls']:,}"),
+             ("referenced bytes", f"{d['referenced_bytes']:,}")]
+    packed = d.get("packed_arrays") if isinstance(d.get("packed_arrays"), dict) else None
     for k, v in d.items():
-        if k not in skip:
-            w(f"{k}: {json.dumps(v, indent=2, default=str)}\n")
+        if k in _HEADER_KEYS or (k == "packed_arrays" and packed is not None):
+            continue
+        head.append((k.replace("_", " "), _number(v) if not isinstance(v, dict | list) else json.dumps(v)))
+    head.append(("arrays", f"{len(d['arrays']):,}"))
+    width = max(len(k) for k, _ in head) + 2
+    lines = [f"{k + ':':<{width}}{v}" for k, v in head]
+    if d["arrays"]:
+        header = ["array", "shape", "chunks", "present", "", "dtype"]
+        right = {3, 4}
+        if packed is not None:
+            right |= set(range(len(header), len(header) + len(_PACKED_COLUMNS)))
+            header += [title for _, title in _PACKED_COLUMNS]
+        rows = []
+        for a in d["arrays"]:
+            row = [a["path"] or "/", "x".join(map(str, a["shape"])) or "()",
+                   "x".join(map(str, a["chunks"])) or "()",
+                   f"{a['chunks_present']:,}/{a['chunks_total']:,}", f"{100 * a['fraction_present']:.1f}%",
+                   a.get("dtype") or "?"]
+            if packed is not None:
+                stats = packed.get(a["path"], {})
+                row += [_number(stats.get(key, "")) for key, _ in _PACKED_COLUMNS]
+            rows.append(row)
+        lines += ["", *_table(header, rows, right)]
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 def cmd_info(a: argparse.Namespace) -> int:
