@@ -284,3 +284,36 @@ def test_scan_progress_only_on_a_terminal(tmp_path: Path):
                                  "--coo-map", "run=INDEX", "-o", str(tmp_path / "all.json"), "--workers", "1"])
     assert rc == 0 and "scanning" in tty and "3/3" in tty and "wrote" in tty, tty
     assert refset.load(tmp_path / "all.json").grids["v"].shape == (3, 100)
+
+
+@pytest.mark.parametrize("cmd", ["combine", "convert"])
+def test_combine_and_convert_progress_only_on_a_terminal(tmp_path: Path, cmd: str):
+    """A bar under a pseudo-terminal, none on a pipe, none with --quiet; the summary line unless --quiet."""
+    h5py = pytest.importorskip("h5py")
+    np = pytest.importorskip("numpy")
+    sets = []
+    for i in range(3):
+        with h5py.File(tmp_path / f"d{i}.h5", "w") as f:
+            f.create_dataset("v", data=np.arange(100) + i, chunks=(25,))
+            f.create_dataset("w", data=np.arange(10) * i, chunks=(5,))
+        sets.append(str(tmp_path / f"d{i}.packed"))
+        refset.save(refset.scan(tmp_path / f"d{i}.h5"), sets[-1])
+    out = str(tmp_path / "out.parq")
+    if cmd == "combine":
+        args = ["combine", *sets, "--concat-dim", "run", "--coo-map", "run=INDEX", "-o", out]
+        bar, summary = ("opening", "3/3"), f"wrote {out}: 3 inputs, 3 arrays, 19 references, "  # with the run coordinate
+    else:
+        args = ["convert", sets[1], out]
+        bar, summary = ("reading", "2/2"), f"wrote {out}: 1 input, 2 arrays, 6 references, "
+    rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", *args])
+    assert rc == 0 and all(b in tty for b in bar), tty
+    assert summary in tty and tty.rstrip().endswith(" s")
+    r = _run(*args, "--overwrite")
+    assert r.returncode == 0 and r.stderr.startswith(summary) and r.stderr.count("\n") == 1, r.stderr
+    assert bar[0] not in r.stderr and "\r" not in r.stderr
+    size = sum(f.stat().st_size for f in Path(out).rglob("*") if f.is_file())
+    assert f"references, {size:,} bytes in " in r.stderr
+    rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", *args, "--quiet", "--overwrite"])
+    assert rc == 0 and tty.strip() == ""
+    want = refset.combine(sets, concat_dims="run", coo_map={"run": "INDEX"}) if cmd == "combine" else sets[1]
+    assert refset.load(out).to_dict() == refset.load(want).to_dict()

@@ -226,6 +226,9 @@ def cmd_convert(a: argparse.Namespace) -> int:
     options = _writer_options(a, a.output)
     _refuse_existing(a, [a.output])
     rs = refset.load(a.input, storage_options=so)
+    with Bar(len(rs.grids), "reading", wanted(a.quiet), unit="array") as bar:
+        for p in bar.iterate(list(rs.grids)):  # lazy forms (parquet, packed) read each table here
+            rs.table(p)
     if renames:
         rs = refset.rename_urls(rs, renames)
     refset.save(rs, a.output, format=a.format, **options)
