@@ -504,6 +504,18 @@ def _positive(text: str, minimum: int = 1) -> int:
     return n
 
 
+class _OutputOnce(argparse.Action):
+    """``-o OUT`` of scan and combine, refused a second time: ``-o out.parq -o record_size=10`` (how
+    convert takes writer options) would otherwise write a set named ``record_size=10``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"-o/--output given twice ({getattr(namespace, self.dest)!r}, {values!r}); "
+                         "writer options are -O NAME=VALUE here")
+        setattr(namespace, self.dest, values)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="refset",
@@ -522,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "magic bytes) into a reference set and write it to OUT. Several "
                                    "files: OUT is a directory and each set is named after its file.")
     s.add_argument("files", nargs="+", metavar="FILE")
-    s.add_argument("-o", "--output", required=True, metavar="OUT",
+    s.add_argument("-o", "--output", required=True, metavar="OUT", action=_OutputOnce,
                    help="output file (one FILE) or directory (several, or OUT ending in /)")
     s.add_argument("--format", choices=list(FORMATS), help="output format (default: from OUT's "
                    "suffix, JSON when it has none)")
@@ -543,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "files, scanned) along --concat-dim into one set written to OUT. "
                                    "Inputs may be globs or @list.txt (one per line).")
     s.add_argument("inputs", nargs="+", metavar="INPUT")
-    s.add_argument("-o", "--output", required=True, metavar="OUT", help="output set")
+    s.add_argument("-o", "--output", required=True, metavar="OUT", action=_OutputOnce, help="output set")
     s.add_argument("--format", choices=list(FORMATS), help="output format (default: from OUT's suffix)")
     _read_options(s, "the INPUTs")
     s.add_argument("-O", "--option", action="append", metavar="NAME=VALUE", help="writer option")
