@@ -340,6 +340,7 @@ def test_listing_a_scalar_array() -> None:
     assert sorted(asyncio.run(children())) == [".zarray", "0"]
 
 
+@pytest.mark.filterwarnings("ignore:.*fastparquet.*", "ignore:.*infer_string.*")  # fsspec's parquet reader
 @pytest.mark.parametrize("form", ["json", "parquet"])
 def test_references_mapping_like_fsspecs(ncdir, tmp_path, form) -> None:
     """``fs.references``: a read-only mapping with fsspec's value forms, on the same stored set."""
