@@ -41,7 +41,8 @@ def test_info_on_sample(capsys):
     assert main(["info", str(SAMPLE)]) == 0
     out = capsys.readouterr().out
     assert "json (version 0)" in out
-    assert "t: shape 4x6x8, chunks 1x3x4, grid 4x2x2, 13/16 chunks present (81.2%)" in out
+    assert out.splitlines()[-2:] == ["array  shape  chunks  present         dtype",
+                                     "t      4x6x8  1x3x4     13/16  81.2%  <f4"]
     assert main(["info", str(SAMPLE), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     doc = json.loads(SAMPLE.read_text())
@@ -51,6 +52,53 @@ def test_info_on_sample(capsys):
     assert d["referenced_bytes"] == sum(v[2] for v in ranges)
     assert d["size_on_disk"] == SAMPLE.stat().st_size
     assert d["arrays"][0]["chunks_present"] == 13 and d["arrays"][0]["chunks_total"] == 16
+    assert d["arrays"][0]["grid"] == [4, 2, 2] and d["arrays"][0]["dtype"] == "<f4"
+
+
+# the keys of `info --json` that scripts read: added to, never renamed
+INFO_KEYS = {"source", "format", "size_on_disk", "keys", "inline", "range", "whole_file", "unique_urls",
+             "referenced_bytes", "arrays"}
+ARRAY_KEYS = {"path", "shape", "chunks", "grid", "chunks_present", "chunks_total", "fraction_present", "dtype"}
+
+
+@pytest.mark.parametrize("fmt,name,extra", [
+    ("json", "s.json", []), ("v1", "s.json", []),
+    ("parquet", "s.parq", ["record size:      20,000", "records:          2", "rows used:        16"]),
+    ("packed", "s.packed", ["refs:             21"]),
+])
+def test_info_tables_for_every_format(tmp_path: Path, capsys, fmt: str, name: str, extra: list[str]):
+    """A header block, then one aligned table of arrays (path, shape, chunks, present, dtype)."""
+    rs = refset.load(SAMPLE)
+    meta = {k: v for k, v in rs.to_dict().items() if "/" not in k or k.endswith((".zarray", ".zattrs"))}
+    meta["longer_name/.zarray"] = json.dumps(json.loads(zarray([5, 10], [1, 2], dtype="<i8")))
+    for i in (0, 2, 4):
+        meta[f"longer_name/{i}.0"] = [rs.urls[0], 8 * i, 8]
+    refset.save(refset.load({**rs.to_dict(), **meta}), tmp_path / name, format=fmt)
+    assert main(["info", str(tmp_path / name)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    blank = out.index("")
+    head, table = out[:blank], out[blank + 1:]
+    assert head[0] == f"source:           {tmp_path / name}" and head[-1] == "arrays:           2"
+    assert head[1].startswith("format:           " + {"v1": "json (version 1)"}.get(fmt, fmt))
+    assert all(line in head for line in extra), head
+    common = ["array        shape  chunks  present         dtype",
+              "longer_name  5x10   1x2        3/25  12.0%  <i8",
+              "t            4x6x8  1x3x4     13/16  81.2%  <f4"]
+    table = [table[0], *sorted(table[1:])]
+    if fmt == "packed":  # its figures per array as more columns, right-aligned to their titles
+        assert table[0] == common[0] + "  packed bytes  bytes/ref  gfactor"
+        assert [line[:len(common[0])] for line in table[1:]] == [c.ljust(len(common[0])) for c in common[1:]]
+        assert all(len(line) == len(table[0]) for line in table)
+        assert table[2].split()[-2:] == ["12.77", "0.19"]  # 166 bytes for 13 references
+    else:
+        assert table == common
+    assert main(["info", str(tmp_path / name), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert INFO_KEYS <= set(d) and all(ARRAY_KEYS <= set(a) for a in d["arrays"])
+    assert {a["path"]: a["chunks_present"] for a in d["arrays"]} == {"t": 13, "longer_name": 3}
+    if fmt == "packed":
+        assert set(d["packed_arrays"]) == {"t", "longer_name"}
+        assert abs(d["packed_arrays"]["t"]["bytes_per_ref"] - d["packed_arrays"]["t"]["bytes"] / 13) < 1e-3
 
 
 def test_info_reports_compression_and_v1(tmp_path: Path, capsys):
@@ -236,3 +284,36 @@ def test_scan_progress_only_on_a_terminal(tmp_path: Path):
                                  "--coo-map", "run=INDEX", "-o", str(tmp_path / "all.json"), "--workers", "1"])
     assert rc == 0 and "scanning" in tty and "3/3" in tty and "wrote" in tty, tty
     assert refset.load(tmp_path / "all.json").grids["v"].shape == (3, 100)
+
+
+@pytest.mark.parametrize("cmd", ["combine", "convert"])
+def test_combine_and_convert_progress_only_on_a_terminal(tmp_path: Path, cmd: str):
+    """A bar under a pseudo-terminal, none on a pipe, none with --quiet; the summary line unless --quiet."""
+    h5py = pytest.importorskip("h5py")
+    np = pytest.importorskip("numpy")
+    sets = []
+    for i in range(3):
+        with h5py.File(tmp_path / f"d{i}.h5", "w") as f:
+            f.create_dataset("v", data=np.arange(100) + i, chunks=(25,))
+            f.create_dataset("w", data=np.arange(10) * i, chunks=(5,))
+        sets.append(str(tmp_path / f"d{i}.packed"))
+        refset.save(refset.scan(tmp_path / f"d{i}.h5"), sets[-1])
+    out = str(tmp_path / "out.parq")
+    if cmd == "combine":
+        args = ["combine", *sets, "--concat-dim", "run", "--coo-map", "run=INDEX", "-o", out]
+        bar, summary = ("opening", "3/3"), f"wrote {out}: 3 inputs, 3 arrays, 19 references, "  # with the run coordinate
+    else:
+        args = ["convert", sets[1], out]
+        bar, summary = ("reading", "2/2"), f"wrote {out}: 1 input, 2 arrays, 6 references, "
+    rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", *args])
+    assert rc == 0 and all(b in tty for b in bar), tty
+    assert summary in tty and tty.rstrip().endswith(" s")
+    r = _run(*args, "--overwrite")
+    assert r.returncode == 0 and r.stderr.startswith(summary) and r.stderr.count("\n") == 1, r.stderr
+    assert bar[0] not in r.stderr and "\r" not in r.stderr
+    size = sum(f.stat().st_size for f in Path(out).rglob("*") if f.is_file())
+    assert f"references, {size:,} bytes in " in r.stderr
+    rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", *args, "--quiet", "--overwrite"])
+    assert rc == 0 and tty.strip() == ""
+    want = refset.combine(sets, concat_dims="run", coo_map={"run": "INDEX"}) if cmd == "combine" else sets[1]
+    assert refset.load(out).to_dict() == refset.load(want).to_dict()

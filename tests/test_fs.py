@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 
@@ -337,3 +338,70 @@ def test_listing_a_scalar_array() -> None:
         return [k async for k in ZarrStore(refs).list_dir("s")]
 
     assert sorted(asyncio.run(children())) == [".zarray", "0"]
+
+
+@pytest.mark.filterwarnings("ignore:.*fastparquet.*", "ignore:.*infer_string.*")  # fsspec's parquet reader
+@pytest.mark.parametrize("form", ["json", "parquet"])
+def test_references_mapping_like_fsspecs(ncdir, tmp_path, form) -> None:
+    """``fs.references``: a read-only mapping with fsspec's value forms, on the same stored set."""
+    from collections.abc import Mapping
+
+    d, _ = ncdir
+    refs = kerchunk_refs(d / "a.nc")
+    assert "temp/0.1.1" not in refs and "temp/1.0.1" not in refs  # chunks never written
+    refs["temp/0.1.1"] = [str(d / "a.nc")]  # a whole-file reference
+    refs["temp/1.0.1"] = "base64:" + base64.b64encode(b"\x00\xff\x10").decode()  # inline binary
+    path = str(tmp_path / ("refs.json" if form == "json" else "refs.parq"))
+    refset.save(refs, path)
+    ours = ReferenceFileSystem(fo=path).references
+    theirs = FsspecRFS(fo=path).references
+    assert isinstance(ours, Mapping) and not isinstance(ours, dict)
+    with pytest.raises(TypeError):
+        ours["x"] = b"1"  # type: ignore[index]
+    keys = set(refs)
+    assert set(ours) == keys and len(ours) == len(keys)
+    if form == "json":  # fsspec's parquet mapper lists directories beside keys
+        assert set(theirs) == keys and len(theirs) == len(keys)
+
+    def plain(v):  # fsspec keeps Version 0 inline text as it was written
+        if isinstance(v, str):
+            return base64.b64decode(v[7:]) if v.startswith("base64:") else v.encode()
+        return v
+
+    for k in keys:
+        a, b = ours[k], theirs[k]
+        assert k in ours and type(a) in (bytes, list), k
+        if isinstance(a, list):
+            assert a == list(b) and len(a) in (1, 3), k
+        elif k.endswith((".zarray", ".zattrs", ".zgroup")):
+            assert json.loads(a) == json.loads(plain(b)), k
+        else:
+            assert a == plain(b), k
+    assert "nope" not in ours and ours.get("nope") is None
+    with pytest.raises(KeyError):
+        ours["temp/9.9.9"]
+    assert dict(ours.items()) == {k: ours[k] for k in ours}
+
+
+def test_references_are_looked_up_not_copied() -> None:
+    """A set of a million chunk keys: len, lookups, ``in`` and the first keys without a dict of them."""
+    import tracemalloc
+
+    n = 1_000_000
+    rs = refset.ReferenceSet.from_arrays(
+        {".zgroup": {"zarr_format": 2},
+         "v/.zarray": {"shape": [n], "chunks": [1], "dtype": "<f4", "compressor": None, "fill_value": 0,
+                       "filters": None, "order": "C", "zarr_format": 2}},
+        {"v": {"path_id": np.zeros(n, np.int64), "offset": np.arange(n) * 4, "length": np.full(n, 4)}},
+        ["s3://bucket/data.bin"])
+    fs = ReferenceFileSystem(fo=rs)
+    tracemalloc.start()
+    refs = fs.references
+    assert len(refs) == n + 2 and "v/999999" in refs and "v/1000000" not in refs
+    assert refs["v/123456"] == ["s3://bucket/data.bin", 123456 * 4, 4]
+    it = iter(refs)
+    first = [next(it) for _ in range(4)]
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert first == [".zgroup", "v/.zarray", "v/0", "v/1"]
+    assert peak < 20 * 2**20, peak  # a dict of a million keys and lists takes hundreds of MB

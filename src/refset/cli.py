@@ -47,6 +47,7 @@ def info_dict(path: str, storage_options: dict[str, Any] | None = None) -> dict[
             "chunks_present": present,
             "chunks_total": g.nchunks,
             "fraction_present": round(present / g.nchunks, 4) if g.nchunks else 1.0,
+            "dtype": _dtype(rs, p, g.zarr_format),
         })
     out: dict[str, Any] = {
         "source": path,
@@ -65,6 +66,19 @@ def info_dict(path: str, storage_options: dict[str, Any] | None = None) -> dict[
     return out
 
 
+def _dtype(rs: Any, path: str, zarr_format: int) -> str | None:
+    """The data type an array's metadata declares (None when it cannot be read)."""
+    name = ".zarray" if zarr_format == 2 else "zarr.json"
+    try:
+        meta = json.loads(rs[f"{path}/{name}" if path else name])
+        dt = meta["dtype" if zarr_format == 2 else "data_type"]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if isinstance(dt, dict) and isinstance(dt.get("name"), str):
+        return str(dt["name"])
+    return dt if isinstance(dt, str) else json.dumps(dt)
+
+
 def _format_name(stored: dict[str, Any]) -> str:
     name = str(stored.get("format", "?"))
     extra = [f"version {stored['version']}"] if "version" in stored else []
@@ -73,30 +87,61 @@ def _format_name(stored: dict[str, Any]) -> str:
     return f"{name} ({', '.join(extra)})" if extra else name
 
 
+_HEADER_KEYS = {"source", "format", "size_on_disk", "keys", "inline", "range", "whole_file", "unique_urls",
+                "referenced_bytes", "arrays"}
+# figures the packed format keeps per array, shown as columns (the rest with --json)
+_PACKED_COLUMNS = (("bytes", "packed bytes"), ("bytes_per_ref", "bytes/ref"), ("gfactor", "gfactor"))
+
+
+def _number(v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return str(v)
+    return f"{v:,}" if isinstance(v, int) else f"{v:,.2f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    """Rows aligned under ``header``; the columns in ``right`` (numbers) aligned right."""
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    return ["  ".join((c.rjust(w) if i in right else c.ljust(w)) for i, (c, w) in enumerate(zip(r, widths))
+                      ).rstrip() for r in (header, *rows)]
+
+
 def _print_info(d: dict[str, Any]) -> None:
-    w = sys.stdout.write
-    w(f"source:           {d['source']}\n")
-    w(f"format:           {d['format']}\n")
+    """A header of figures about the whole set, then one table of its arrays."""
+    head = [("source", d["source"]), ("format", d["format"])]
     if d["size_on_disk"] is not None:
         per = d["size_on_disk"] / d["keys"] if d["keys"] else 0.0
-        w(f"size on disk:     {d['size_on_disk']:,} bytes ({per:.1f} bytes/key)\n")
-    w(f"keys:             {d['keys']:,} (inline {d['inline']:,}, range {d['range']:,}, "
-      f"whole-file {d['whole_file']:,})\n")
-    w(f"unique urls:      {d['unique_urls']:,}\n")
-    w(f"referenced bytes: {d['referenced_bytes']:,}\n")
-    w(f"arrays:           {len(d['arrays'])}\n")
-    for a in d["arrays"]:
-        shape = "x".join(map(str, a["shape"])) or "()"
-        chunks = "x".join(map(str, a["chunks"])) or "()"
-        grid = "x".join(map(str, a["grid"])) or "()"
-        w(f"  {a['path'] or '/'}: shape {shape}, chunks {chunks}, grid {grid}, "
-          f"{a['chunks_present']:,}/{a['chunks_total']:,} chunks present "
-          f"({100 * a['fraction_present']:.1f}%)\n")
-    skip = {"source", "format", "size_on_disk", "keys", "inline", "range", "whole_file",
-            "unique_urls", "referenced_bytes", "arrays"}
+        head.append(("size on disk", f"{d['size_on_disk']:,} bytes ({per:.1f} bytes/key)"))
+    head += [("keys", f"{d['keys']:,} (inline {d['inline']:,}, range {d['range']:,}, "
+                      f"whole-file {d['whole_file']:,})"),
+             ("unique urls", f"{d['unique_urls']:,}"),
+             ("referenced bytes", f"{d['referenced_bytes']:,}")]
+    packed = d.get("packed_arrays") if isinstance(d.get("packed_arrays"), dict) else None
     for k, v in d.items():
-        if k not in skip:
-            w(f"{k}: {json.dumps(v, indent=2, default=str)}\n")
+        if k in _HEADER_KEYS or (k == "packed_arrays" and packed is not None):
+            continue
+        head.append((k.replace("_", " "), _number(v) if not isinstance(v, dict | list) else json.dumps(v)))
+    head.append(("arrays", f"{len(d['arrays']):,}"))
+    width = max(len(k) for k, _ in head) + 2
+    lines = [f"{k + ':':<{width}}{v}" for k, v in head]
+    if d["arrays"]:
+        header = ["array", "shape", "chunks", "present", "", "dtype"]
+        right = {3, 4}
+        if packed is not None:
+            right |= set(range(len(header), len(header) + len(_PACKED_COLUMNS)))
+            header += [title for _, title in _PACKED_COLUMNS]
+        rows = []
+        for a in d["arrays"]:
+            row = [a["path"] or "/", "x".join(map(str, a["shape"])) or "()",
+                   "x".join(map(str, a["chunks"])) or "()",
+                   f"{a['chunks_present']:,}/{a['chunks_total']:,}", f"{100 * a['fraction_present']:.1f}%",
+                   a.get("dtype") or "?"]
+            if packed is not None:
+                stats = packed.get(a["path"], {})
+                row += [_number(stats.get(key, "")) for key, _ in _PACKED_COLUMNS]
+            rows.append(row)
+        lines += ["", *_table(header, rows, right)]
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 def cmd_info(a: argparse.Namespace) -> int:
@@ -181,6 +226,9 @@ def cmd_convert(a: argparse.Namespace) -> int:
     options = _writer_options(a, a.output)
     _refuse_existing(a, [a.output])
     rs = refset.load(a.input, storage_options=so)
+    with Bar(len(rs.grids), "reading", wanted(a.quiet), unit="array") as bar:
+        for p in bar.iterate(list(rs.grids)):  # lazy forms (parquet, packed) read each table here
+            rs.table(p)
     if renames:
         rs = refset.rename_urls(rs, renames)
     refset.save(rs, a.output, format=a.format, **options)
@@ -456,6 +504,18 @@ def _positive(text: str, minimum: int = 1) -> int:
     return n
 
 
+class _OutputOnce(argparse.Action):
+    """``-o OUT`` of scan and combine, refused a second time: ``-o out.parq -o record_size=10`` (how
+    convert takes writer options) would otherwise write a set named ``record_size=10``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"-o/--output given twice ({getattr(namespace, self.dest)!r}, {values!r}); "
+                         "writer options are -O NAME=VALUE here")
+        setattr(namespace, self.dest, values)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="refset",
@@ -474,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "magic bytes) into a reference set and write it to OUT. Several "
                                    "files: OUT is a directory and each set is named after its file.")
     s.add_argument("files", nargs="+", metavar="FILE")
-    s.add_argument("-o", "--output", required=True, metavar="OUT",
+    s.add_argument("-o", "--output", required=True, metavar="OUT", action=_OutputOnce,
                    help="output file (one FILE) or directory (several, or OUT ending in /)")
     s.add_argument("--format", choices=list(FORMATS), help="output format (default: from OUT's "
                    "suffix, JSON when it has none)")
@@ -495,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "files, scanned) along --concat-dim into one set written to OUT. "
                                    "Inputs may be globs or @list.txt (one per line).")
     s.add_argument("inputs", nargs="+", metavar="INPUT")
-    s.add_argument("-o", "--output", required=True, metavar="OUT", help="output set")
+    s.add_argument("-o", "--output", required=True, metavar="OUT", action=_OutputOnce, help="output set")
     s.add_argument("--format", choices=list(FORMATS), help="output format (default: from OUT's suffix)")
     _read_options(s, "the INPUTs")
     s.add_argument("-O", "--option", action="append", metavar="NAME=VALUE", help="writer option")
@@ -618,7 +678,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"refset {a.command}: error: {e}\n")
         return EXIT_USAGE
     except (InvalidReferences, Unsupported) as e:
-        sys.stderr.write(f"refset {a.command}: invalid input:\n{e}\n")
+        text = str(e)  # one problem on the same line, several below it
+        sys.stderr.write(f"refset {a.command}: invalid input:" + ("\n" if "\n" in text else " ") + text + "\n")
         return EXIT_INVALID
     except FileNotFoundError as e:
         sys.stderr.write(f"refset {a.command}: not found: {e}\n")

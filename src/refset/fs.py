@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from fsspec.asyn import AsyncFileSystem
@@ -35,7 +35,7 @@ from .model import ReferenceSet
 from .source import NOT_LOADED
 from .tables import Ref
 
-__all__ = ["ReferenceFileSystem"]
+__all__ = ["ReferenceFileSystem", "FsspecReferences"]
 
 
 def _load_fo(
@@ -55,6 +55,39 @@ def _load_fo(
             fo = f"{target_protocol}://{fo}"
     # chunk tables of a large JSON set are read on first use: opening needs only the metadata
     return load(fo, storage_options=dict(storage_options or {}) or None, lazy=True, **opts)
+
+
+class FsspecReferences(Mapping[str, bytes | list[Any]]):
+    """A read-only view of a :class:`~refset.ReferenceSet` with fsspec's value forms: lists where the
+    set has tuples. Lookups, ``len``, ``in`` and iteration go to the set, so nothing is copied."""
+
+    __slots__ = ("_rs",)
+
+    def __init__(self, rs: ReferenceSet) -> None:
+        self._rs = rs
+
+    def __getitem__(self, key: str) -> bytes | list[Any]:
+        return _fsspec_form(self._rs[key])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._rs
+
+    def __len__(self) -> int:
+        return len(self._rs)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rs)
+
+    def items(self) -> Iterator[tuple[str, bytes | list[Any]]]:  # type: ignore[override]
+        """``(key, value)`` pairs, read array by array (faster than a lookup per key)."""
+        return ((k, _fsspec_form(v)) for k, v in self._rs.items())
+
+    def __repr__(self) -> str:
+        return f"<references of {self._rs!r}>"
+
+
+def _fsspec_form(ref: Ref) -> bytes | list[Any]:
+    return ref if isinstance(ref, bytes) else list(ref)
 
 
 class ReferenceFileSystem(AsyncFileSystem):
@@ -130,9 +163,11 @@ class ReferenceFileSystem(AsyncFileSystem):
         self.engine = ReadEngine(self.refs, self.targets, self.reader)
 
     @property
-    def references(self) -> ReferenceSet:
-        """The reference set (fsspec's attribute of that name)."""
-        return self.refs
+    def references(self) -> Mapping[str, bytes | list[Any]]:
+        """The references as fsspec's attribute of that name gives them: a read-only mapping, key ->
+        ``[url, offset, length]``, ``[url]`` or inline bytes, looked up key by key (no dict is built).
+        ``fs.refs`` is the :class:`~refset.ReferenceSet` itself."""
+        return FsspecReferences(self.refs)
 
     @property
     def fss(self) -> dict[str | None, Any]:

@@ -37,6 +37,7 @@ __all__ = ["ReferenceSet", "ABSENT", "RANGE", "WHOLE", "INLINE", "Ref", "NOT_LOA
 
 DEFAULT_BLOCK_CACHE = 128  # decoded blocks kept (parquet records, packed segments), as fsspec's cache
 LOCATE_CACHE = 1 << 16  # keys whose parse is remembered (a dict: cleared when full)
+KEY_BLOCK = 1 << 16  # chunk keys made at a time when iterating
 _UNSEEN = object()
 
 
@@ -322,8 +323,11 @@ class ReferenceSet(Mapping[str, Ref]):
         return chunk_keys(path, self._grids[path], np.asarray(flat, np.int64)).tolist()  # type: ignore[no-any-return]
 
     def chunk_keys(self, path: str) -> Iterator[str]:
-        """Keys of the present chunks of array ``path``, in C order."""
-        yield from self.keys_at(path, self.table(path).present())
+        """Keys of the present chunks of array ``path``, in C order, made a block at a time (the keys
+        of a large grid are never all held as strings)."""
+        present = self.table(path).present()
+        for start in range(0, len(present), KEY_BLOCK):
+            yield from self.keys_at(path, present[start:start + KEY_BLOCK])
 
     def __iter__(self) -> Iterator[str]:
         yield from self.other.keys.tolist()

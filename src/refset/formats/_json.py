@@ -58,9 +58,11 @@ def collect(
     """Check ``doc`` and add its references to a Builder; problems are appended, one line each."""
     b = builder or Builder()
     if not isinstance(doc, Mapping):
-        hint = (" (a list of reference sets: load each item, or combine them)"
-                if isinstance(doc, list) else "")
-        problems.append(f"document: must be a JSON object, got {type(doc).__name__}{hint}")
+        if isinstance(doc, list) and doc and all(isinstance(x, Mapping) for x in doc):
+            problems.append(f"document: is a list of {len(doc)} reference sets, not one: combine them "
+                            "with `refset combine` (in Python: refset.combine), or load each item")
+        else:
+            problems.append(f"document: must be a JSON object, got {type(doc).__name__}")
         return b
     if is_v1(doc):
         if doc["version"] != 1:

@@ -422,6 +422,22 @@ def _set_aside(store: _Store) -> tuple[_Store, bytes] | None:
     return None
 
 
+def _zarr_store_problem(source: str, store: _Store) -> str | None:
+    """What to say when ``source`` (not a parquet reference set) is a zarr store."""
+    from .registry import zarr_store_problem
+
+    def has(name: str) -> bool:
+        try:
+            store.cat(name)
+            return True
+        except (FileNotFoundError, IsADirectoryError):
+            return False
+        except Exception:  # a server refusing the probe: say nothing rather than fail differently
+            return False
+
+    return zarr_store_problem(source, has)
+
+
 def read_parquet(
     source: str,
     *,
@@ -445,7 +461,8 @@ def read_parquet(
     except FileNotFoundError as e:
         aside = _set_aside(store)
         if aside is None:
-            raise InvalidReferences(f"{source}: no .zmetadata; not a parquet reference directory") from e
+            raise InvalidReferences(_zarr_store_problem(source, store)
+                                    or f"{source}: no .zmetadata; not a parquet reference directory") from e
         store, raw = aside
     doc = decode_zmetadata(raw, f"{source}/.zmetadata")
     if not isinstance(doc, dict):
@@ -454,6 +471,10 @@ def read_parquet(
     meta = doc.get("metadata", {})
     size = doc.get("record_size")
     sums = doc.get(CHECKSUMS)
+    if size is None and "record_size" not in doc:  # consolidated metadata of a zarr store?
+        found = _zarr_store_problem(source, store)
+        if found:
+            raise InvalidReferences(found)
     problems = []
     if sums is not None and not (isinstance(sums, dict) and all(type(v) is int for v in sums.values())):
         problems.append(f"{source}/.zmetadata: {CHECKSUMS!r} must map file names to integers")

@@ -10,19 +10,88 @@ from __future__ import annotations
 import glob
 import importlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidOption, Unsupported
+from ..errors import InvalidOption, InvalidReferences, Unsupported
 
 __all__ = ["Option", "FormatSpec", "FORMATS", "by_name", "for_dest", "detect", "looks_like_refs",
-           "detect_with_head", "HEAD_SIZE", "PACKED_MAGIC", "GZIP_MAGIC", "ZSTD_MAGIC", "COMPRESSION_SUFFIXES"]
+           "detect_with_head", "HEAD_SIZE", "PACKED_MAGIC", "GZIP_MAGIC", "ZSTD_MAGIC", "COMPRESSION_SUFFIXES",
+           "HDF5_MAGIC", "NETCDF3_MAGIC", "PARQUET_MAGIC", "data_format", "file_reader", "is_data_file",
+           "starts_like_refs"]
 
 PACKED_MAGIC = b"\x89RFSPK\r\n"
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
+# what a reference set is not, told apart so that a mistaken input is named
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"  # at 0, or at 512, 1024, 2048, ... after a user block
+NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
+PARQUET_MAGIC = b"PAR1"
+ZARR_STORE_FILES = (".zgroup", ".zarray", "zarr.json")
+
+
+def file_reader(f: Any) -> Callable[[int, int], bytes]:
+    """``read_at(offset, n)`` over the open binary file ``f``."""
+    def read_at(offset: int, n: int) -> bytes:
+        f.seek(offset)
+        return bytes(f.read(n))
+    return read_at
+
+
+def data_format(read_at: Callable[[int, int], bytes], size: int) -> tuple[str, int] | None:
+    """``("hdf5", superblock offset)`` or ``("netcdf3", 0)`` for a data file, else None.
+
+    ``read_at(offset, n)`` returns ``n`` bytes of the file from ``offset`` (fewer at its end); ``size``
+    bounds the user-block offsets tried (512, 1024, ...).
+    """
+    head = read_at(0, 8)
+    if head == HDF5_MAGIC:
+        return "hdf5", 0
+    if head[:4] in NETCDF3_MAGIC:
+        return "netcdf3", 0
+    at = 512
+    while at + 8 <= size:
+        if read_at(at, 8) == HDF5_MAGIC:
+            return "hdf5", at
+        at *= 2
+    return None
+
+
+def starts_like_refs(head: bytes) -> bool:
+    """Whether a file starting with ``head`` may be a reference set (JSON, compressed or packed)."""
+    return head.lstrip()[:1] in (b"{", b"[", b"") or head.startswith((GZIP_MAGIC, ZSTD_MAGIC, PACKED_MAGIC))
+
+
+def is_data_file(read_at: Callable[[int, int], bytes], size: int) -> bool:
+    """Whether a file is NetCDF/HDF5 (an HDF5 user block too); one that starts like a reference set is
+    not probed further."""
+    return not starts_like_refs(read_at(0, 16)) and data_format(read_at, size) is not None
+
+
+def refuse_non_refs(source: str, read_at: Callable[[int, int], bytes], size: int) -> None:
+    """Raise :class:`~refset.errors.InvalidReferences` naming what ``source`` is when it is a
+    NetCDF/HDF5 data file or one parquet record file, and what to do instead; else return."""
+    if data_format(read_at, size) is not None:
+        raise InvalidReferences(f"{source}: is a NetCDF/HDF5 file, not a reference set: make one with "
+                                f"`refset scan {source}` (in Python: refset.scan)")
+    if read_at(0, 4) == PARQUET_MAGIC:
+        base = source.rstrip("/")
+        parent = base.rsplit("/", 2)[0] if base.count("/") >= 2 else "the directory two levels up"
+        raise InvalidReferences(f"{source}: is one record file of a parquet reference set, not a set: "
+                                f"load the set's directory (the one holding .zmetadata), {parent}")
+
+
+def zarr_store_problem(source: str, has: Callable[[str], bool]) -> str | None:
+    """The message for a zarr store given where a reference set was expected (``has(name)``: whether
+    the directory holds ``name``), else None."""
+    found = [n for n in ZARR_STORE_FILES if has(n)]
+    if not found:
+        return None
+    return (f"{source}: is a zarr store ({found[0]}), not a reference set: open it with zarr or "
+            "xarray.open_zarr (refset reads reference sets: JSON, a parquet directory with "
+            ".zmetadata holding record_size, or packed)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +331,8 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
             return FORMATS["parquet"], None  # a killed write set it aside (see _parquet._set_aside)
         with open(local, "rb") as f:
             head = f.read(16)
+            if not starts_like_refs(head):  # the error path only: name what it is
+                refuse_non_refs(source, file_reader(f), os.fstat(f.fileno()).st_size)
         return (FORMATS["packed"] if head.startswith(PACKED_MAGIC) else FORMATS["json"]), None
     import fsspec
 
@@ -279,6 +350,17 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
     if _strip_compression(source.rstrip("/")).endswith(FORMATS["parquet"].suffixes) or source.endswith("/"):
         if has_zmetadata():
             return FORMATS["parquet"], None
+    def refuse_zarr_store() -> None:
+        def has(name: str) -> bool:
+            try:
+                return bool(fs.exists(f"{path}/{name}"))
+            except Exception:  # a server that refuses the probe: say nothing rather than fail differently
+                return False
+
+        problem = zarr_store_problem(source, has)
+        if problem:
+            raise InvalidReferences(problem)
+
     try:
         head = bytes(fs.cat_file(path, start=0, end=HEAD_SIZE))
     except Exception:
@@ -288,10 +370,13 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
 
         if remote_leftovers(fs, path):  # a write killed while copying its tree into place left it
             return FORMATS["parquet"], None
+        refuse_zarr_store()
         raise
     if head.startswith(PACKED_MAGIC):
         return FORMATS["packed"], head
-    if head.lstrip()[:1] not in (b"{", b"") and not head.startswith((GZIP_MAGIC, ZSTD_MAGIC)):
+    if not starts_like_refs(head):
+        refuse_non_refs(source, lambda offset, n: head[offset:offset + n], len(head))
         if has_zmetadata():  # e.g. an HTML directory listing
             return FORMATS["parquet"], None
+        refuse_zarr_store()
     return FORMATS["json"], head

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import Unsupported
+from ..formats.registry import data_format, file_reader
 from ..model import ReferenceSet
 from ._file import HEAD_BYTES, ScanFile, is_local
 
@@ -23,25 +24,13 @@ INLINE_THRESHOLD = 500
 # Options passed on to the format scanners (every scanner accepts all, so one call scans any file).
 _OPTIONS = frozenset({"max_inline"})
 
-HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-_CDF = {b"CDF\x01": "netcdf3", b"CDF\x02": "netcdf3", b"CDF\x05": "netcdf3"}
-
-
 def detect_format(f: Any, size: int) -> tuple[str, int]:
     """``("hdf5", superblock offset)`` or ``("netcdf3", 0)`` from the bytes of the open file ``f``."""
-    f.seek(0)
-    head = f.read(8)
-    if head == HDF5_MAGIC:
-        return "hdf5", 0
-    if head[:4] in _CDF:
-        return _CDF[head[:4]], 0
-    at = 512
-    while at + 8 <= size:
-        f.seek(at)
-        if f.read(8) == HDF5_MAGIC:
-            return "hdf5", at
-        at *= 2
-    raise Unsupported(f"not a NetCDF3, NetCDF4 or HDF5 file (first bytes {head!r})")
+    read_at = file_reader(f)
+    found = data_format(read_at, size)
+    if found is None:
+        raise Unsupported(f"not a NetCDF3, NetCDF4 or HDF5 file (first bytes {read_at(0, 8)!r})")
+    return found
 
 
 def _url(url: str, fs: Any) -> str:

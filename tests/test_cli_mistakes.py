@@ -1,0 +1,153 @@
+"""Every mistake of issue 13's first hour, as a user types it: one line naming what is wrong, exit 2 for
+a command line that cannot work and 1 for wrong input, no traceback, and nothing written.
+
+Elsewhere: an unknown output suffix (test_cli.py::test_unknown_output_suffix_is_a_usage_error), a reader
+leaving a pipe early (test_cli.py::test_reader_leaving_early_is_not_an_error), wrong inputs to ``info``
+(test_wrong_inputs.py::test_cli_one_line_exit_1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import refset
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "examples" / "sample.json"
+
+
+# the refset under test, whatever the working directory of the command (a relative PYTHONPATH=src is not)
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(refset.__file__).parents[1]),
+                                                    os.environ.get("PYTHONPATH", "")])}
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "refset.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env=ENV)
+
+
+def _tree(d: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(d)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(d.rglob("*"))}
+
+
+OPTION_MISTAKES = [  # output, -o options, what the message says
+    ("o.packed", ["level=abc"], "packed option level='abc': expected an integer from 1 to 22"),
+    ("o.packed", ["level=99"], "packed option level=99: expected an integer from 1 to 22"),
+    ("o.parq", ["compression_level=99"], "parquet option compression_level=99: expected an integer from 0 to 22"),
+    ("o.parq", ["categorical_threshold=x"], "parquet option categorical_threshold='x': expected a number >= 0"),
+    ("o.parq", ["compression=bogus"], "parquet option compression='bogus': expected one of zstd, snappy,"),
+    ("o.packed", ["segment_chunks=0"], "packed option segment_chunks=0: expected an integer >= 1"),
+    ("o.parq", ["record_size=0"], "parquet option record_size=0: expected an integer >= 1"),
+    ("o.parq", ["pad=maybe"], "parquet option pad='maybe': expected true or false"),
+    ("o.parq", ["pad"], "parquet option 'pad': expected pad=VALUE, VALUE true or false"),
+    ("o.parq", ["level=3"], "format 'parquet' has no option 'level'; it takes: record_size"),
+    ("o.json", ["record_size=10"], "format 'json' has no option 'record_size'; it takes no options"),
+]
+
+
+@pytest.mark.parametrize("out,options,says", OPTION_MISTAKES,
+                         ids=[f"{o}-{'_'.join(opts)}" for o, opts, _ in OPTION_MISTAKES])
+@pytest.mark.parametrize("cmd", ["convert", "combine"])
+def test_writer_option_mistakes(tmp_path: Path, cmd: str, out: str, options: list[str], says: str):
+    before = _tree(tmp_path)
+    # convert takes writer options as -o NAME=VALUE; combine and scan, whose -o is the output, as -O
+    args = [str(SAMPLE), out] if cmd == "convert" else [str(SAMPLE), "--concat-dim", "t", "-o", out]
+    flag = "-o" if cmd == "convert" else "-O"
+    r = _run(cmd, *args, *[a for o in options for a in (flag, o)], cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == f"refset {cmd}: error: {r.stderr.split(': error: ', 1)[1]}" and says in r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert _tree(tmp_path) == before  # checked before any work: nothing written
+
+
+@pytest.mark.parametrize("name", ["old.json", "old.parq", "old.packed"])
+def test_existing_output_needs_overwrite(tmp_path: Path, name: str):
+    refset.save(refset.load({".zgroup": '{"zarr_format": 2}'}), tmp_path / name)
+    before = _tree(tmp_path)
+    r = _run("convert", str(SAMPLE), name, cwd=tmp_path)
+    what = "directory" if name.endswith(".parq") else "file"
+    assert r.returncode == 2 and r.stderr == (f"refset convert: error: output {name} exists ({what}); "
+                                              "give --overwrite to replace it\n")
+    assert _tree(tmp_path) == before and len(refset.load(tmp_path / name)) == 1  # the old output, untouched
+    r = _run("convert", str(SAMPLE), name, "--overwrite", cwd=tmp_path)
+    new, want = refset.load(tmp_path / name), refset.load(SAMPLE)
+    assert r.returncode == 0 and set(new) == set(want) and all(new[k] == want[k] for k in want.chunk_keys("t"))
+
+
+@pytest.mark.parametrize("text,says", [
+    ("{bad", "--storage-options '{bad': not JSON ("),
+    ("[1]", "--storage-options '[1]': expected a JSON object such as '{\"anon\": true}', got list"),
+    ('"anon"', "expected a JSON object such as '{\"anon\": true}', got str"),
+])
+@pytest.mark.parametrize("cmd", ["info", "convert"])
+def test_bad_storage_options(tmp_path: Path, cmd: str, text: str, says: str):
+    args = [str(SAMPLE)] + (["out.json"] if cmd == "convert" else [])
+    r = _run(cmd, *args, "--storage-options", text, cwd=tmp_path)
+    assert r.returncode == 2 and says in r.stderr and r.stderr.startswith(f"refset {cmd}: error: ")
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr and _tree(tmp_path) == {}
+
+
+@pytest.fixture(scope="module")
+def wrong_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    nc4 = pytest.importorskip("netCDF4")
+    zarr = pytest.importorskip("zarr")
+    d = tmp_path_factory.mktemp("wrong")
+    with nc4.Dataset(d / "data.nc", "w") as ds:
+        ds.createDimension("x", 4)
+        ds.createVariable("v", "f4", ("x",))[:] = np.arange(4)
+    rs = refset.scan(d / "data.nc")
+    refset.save(rs, d / "set.parq")
+    (d / "list.json").write_text(json.dumps([rs.to_dict(), rs.to_dict()]))
+    zarr.open_group(d / "store.zarr", mode="w", zarr_format=2).create_array("a", shape=(4,), dtype="f4")
+    return d
+
+
+@pytest.mark.parametrize("name,says", [
+    ("data.nc", "is a NetCDF/HDF5 file, not a reference set: make one with `refset scan "),
+    ("set.parq/v/refs.0.parq", "is one record file of a parquet reference set, not a set: load the set's"),
+    ("store.zarr", "is a zarr store (.zgroup), not a reference set"),
+    ("list.json", "is a list of 2 reference sets, not one: combine them with `refset combine`"),
+])
+@pytest.mark.parametrize("cmd", ["convert", "validate", "ls", "cat"])
+def test_wrong_input_writes_nothing(wrong_inputs: Path, tmp_path: Path, cmd: str, name: str, says: str):
+    args = {"convert": [str(wrong_inputs / name), "out.parq"], "cat": [str(wrong_inputs / name), "v/0"]}.get(
+        cmd, [str(wrong_inputs / name)])
+    r = _run(cmd, *args, cwd=tmp_path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and _tree(tmp_path) == {}
+    if cmd == "validate" and r.stdout:  # the problems of what it read, one per line, and their count
+        assert r.stdout.count("\n") == 1 and says in r.stdout and r.stderr.endswith(": 1 problem(s)\n")
+    else:
+        assert r.stdout == "" and says in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_info_into_head_is_quiet(tmp_path: Path):
+    """`refset info big.json | head -3` in a shell: the first lines, status 0, nothing on stderr."""
+    n = 200_000
+    refset.save(refset.ReferenceSet.from_arrays(
+        {".zgroup": {"zarr_format": 2}} | {f"v{i}/.zarray": {
+            "shape": [n], "chunks": [1], "dtype": "<f4", "compressor": None, "fill_value": 0, "filters": None,
+            "order": "C", "zarr_format": 2} for i in range(3000)},  # a long table of arrays
+        {"v0": {"path_id": np.zeros(n, int), "offset": np.arange(n) * 4, "length": np.full(n, 4)}},
+        ["data.bin"]), tmp_path / "big.json")
+    r = subprocess.run(["bash", "-o", "pipefail", "-c", f"{sys.executable} -m refset.cli info big.json | head -3"],
+                       capture_output=True, text=True, cwd=tmp_path, env=ENV)
+    assert r.returncode == 0 and r.stderr == ""
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3 and lines[:2] == ["source:           big.json", "format:           json (version 0)"]
+
+
+@pytest.mark.parametrize("cmd", ["scan", "combine"])
+def test_convert_style_options_on_scan_and_combine(wrong_inputs: Path, tmp_path: Path, cmd: str):
+    """``-o out.parq -o record_size=10``, as convert takes it: here -o is the output, so say so instead of
+    writing a set named ``record_size=10``."""
+    r = _run(cmd, str(wrong_inputs / "data.nc"), "--concat-dim", "x", "-o", "out.parq", "-o", "record_size=10",
+             cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and _tree(tmp_path) == {}
+    assert r.stderr.endswith(f"refset {cmd}: error: -o/--output given twice ('out.parq', 'record_size=10'); "
+                             "writer options are -O NAME=VALUE here\n")
