@@ -151,3 +151,68 @@ def test_convert_style_options_on_scan_and_combine(wrong_inputs: Path, tmp_path:
     assert r.returncode == 2 and "Traceback" not in r.stderr and _tree(tmp_path) == {}
     assert r.stderr.endswith(f"refset {cmd}: error: -o/--output given twice ('out.parq', 'record_size=10'); "
                              "writer options are -O NAME=VALUE here\n")
+
+
+def _one_line_no_traceback(r: subprocess.CompletedProcess[str], status: int, says: str) -> None:
+    assert r.returncode == status, r.stderr
+    assert says in r.stderr and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("cmd,args,says", [
+    ("scan", ["--inline-threshold", "-1"], "refset scan: error: --inline-threshold -1: expected a number of bytes >= 0"),
+    ("scan", ["--subchunk", "0"], "refset scan: error: --subchunk 0: expected a number of bytes >= 1"),
+    ("combine", ["--concat-dim", "x", "--coo-map", "x=re:("],
+     "refset combine: error: --coo-map 'x=re:(': '(' is not a regular expression (missing )"),
+    ("combine", ["--concat-dim", "run", "--coo-dtype", "run=notadtype"],
+     "refset combine: error: --coo-dtype 'run=notadtype': 'notadtype' is not a numpy dtype"),
+    ("scan", ["--concat-dim", "run", "--coo-dtype", "run"], "--coo-dtype 'run': expected DIM=DTYPE"),
+    ("combine", ["--concat-dim", "x", "--scheduler", "nonsense"],
+     "refset combine: error: --scheduler 'nonsense': expected a scheduler address, HOST:PORT or tcp://HOST:PORT"),
+    ("combine", ["--concat-dim", "x", "--workers", "-1"], "--workers -1: expected a number of processes >= 0"),
+])
+def test_option_values_checked_up_front(wrong_inputs: Path, tmp_path: Path, cmd: str, args: list[str], says: str):
+    r = _run(cmd, str(wrong_inputs / "data.nc"), "-o", "out.json", *args, cwd=tmp_path)
+    _one_line_no_traceback(r, 2, says)
+    assert _tree(tmp_path) == {}
+
+
+@pytest.mark.parametrize("url,status,says", [
+    ("foo://bucket/r.json", 2, "refset info: error: foo://bucket/r.json: unknown protocol foo://"),
+    ("gs://bucket/r.json", 1, "refset info: gs://bucket/r.json: install gcsfs to read gs:// URLs"),
+])
+def test_unusable_protocols(tmp_path: Path, url: str, status: int, says: str):
+    pytest.importorskip("fsspec")
+    try:
+        import gcsfs  # noqa: F401
+
+        if url.startswith("gs"):
+            pytest.skip("gcsfs is installed here")
+    except ImportError:
+        pass
+    _one_line_no_traceback(_run("info", url, cwd=tmp_path), status, says)
+
+
+def test_s3_without_credentials(tmp_path: Path, s3: dict):
+    """A real S3 server, no credentials anywhere: botocore's NoCredentialsError as one line naming the
+    URL, the reason and how to read public data."""
+    so = {"client_kwargs": s3["client_kwargs"]}
+    env = {k: v for k, v in ENV.items() if not k.startswith(("AWS_", "FSSPEC_"))}
+    env |= {"AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none"),
+            "AWS_EC2_METADATA_DISABLED": "true"}
+    r = subprocess.run([sys.executable, "-m", "refset.cli", "info", "s3://refs/r.json", "--storage-options",
+                        json.dumps(so)], capture_output=True, text=True, cwd=tmp_path, env=env)
+    _one_line_no_traceback(r, 1, "refset info: cannot read s3://refs/r.json: Unable to locate credentials "
+                                 "(public S3 data: --storage-options '{\"anon\": true}' or FSSPEC_S3_ANON=true")
+
+
+def test_unforeseen_failure_is_one_line(tmp_path: Path):
+    """Whatever escapes every specific handler: its type and message on one line, exit 1; the
+    traceback only with REFSET_DEBUG=1. (An fsspec option aiohttp does not take fails deep inside, before
+    any connection is tried.)"""
+    args = ["info", "http://127.0.0.1:1/r.json", "--storage-options", '{"nosuch": 1}']
+    r = _run(*args, cwd=tmp_path)
+    _one_line_no_traceback(r, 1, "refset info: error: TypeError: ")
+    assert "unexpected keyword argument 'nosuch'" in r.stderr
+    debug = subprocess.run([sys.executable, "-m", "refset.cli", *args], capture_output=True,
+                           text=True, cwd=tmp_path, env=ENV | {"REFSET_DEBUG": "1"})
+    assert debug.returncode == 1 and debug.stderr.startswith("Traceback") and debug.stderr.endswith(r.stderr)

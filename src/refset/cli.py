@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -231,7 +232,7 @@ def cmd_convert(a: argparse.Namespace) -> int:
             rs.table(p)
     if renames:
         rs = refset.rename_urls(rs, renames)
-    refset.save(rs, a.output, format=a.format, **options)
+    _save(rs, a.output, a, options, so)
     if not a.quiet:
         _summary(a.output, 1, rs, t0)
     return EXIT_OK
@@ -296,17 +297,6 @@ def _pair(item: str, flag: str) -> tuple[str, str]:
     return old, new
 
 
-def _options(items: Sequence[str] | None) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for item in items or []:
-        k, _, v = item.partition("=")
-        try:
-            options[k] = json.loads(v)
-        except ValueError:
-            options[k] = v
-    return options
-
-
 def _json_arg(text: str | None, flag: str) -> dict[str, Any]:
     """The fsspec options given as JSON text to ``flag``; a :class:`UsageError` unless a JSON object."""
     if text is None:
@@ -320,6 +310,60 @@ def _json_arg(text: str | None, flag: str) -> dict[str, Any]:
         raise UsageError(f"{flag} {text!r}: expected a JSON object such as '{{\"anon\": true}}', "
                          f"got {type(value).__name__}")
     return value
+
+
+_SCHEDULER = re.compile(r"(?:[a-z]+://)?(?:\[[0-9a-fA-F:]+\]|[\w.-]+):\d+")
+
+
+def _check_args(a: argparse.Namespace) -> None:
+    """Values the option types let through but no command can use, and URLs of a protocol fsspec
+    does not know or cannot load: each a one-line error before any work."""
+    if getattr(a, "inline_threshold", 0) < 0:
+        raise UsageError(f"--inline-threshold {a.inline_threshold}: expected a number of bytes >= 0")
+    if getattr(a, "subchunk", None) is not None and a.subchunk < 1:
+        raise UsageError(f"--subchunk {a.subchunk}: expected a number of bytes >= 1")
+    if getattr(a, "workers", None) is not None and a.workers < 0:
+        raise UsageError(f"--workers {a.workers}: expected a number of processes >= 0")
+    if getattr(a, "scheduler", None) and not _SCHEDULER.fullmatch(a.scheduler):
+        raise UsageError(f"--scheduler {a.scheduler!r}: expected a scheduler address, HOST:PORT or "
+                         "tcp://HOST:PORT")
+    for attr in ("refs", "input", "output", "files", "inputs"):
+        value = getattr(a, attr, None)
+        for url in [value] if isinstance(value, str) else value or []:
+            _check_protocol(url)
+
+
+class NotInstalled(Exception):
+    """A URL whose fsspec implementation is not installed: exit status 1, the message on stderr."""
+
+
+def _check_protocol(url: str) -> None:
+    if "://" not in url:
+        return
+    from fsspec.registry import get_filesystem_class, known_implementations
+
+    for part in url.split("::"):
+        protocol = part.split("://", 1)[0] if "://" in part else None
+        if protocol is None or protocol == "file":
+            continue
+        try:
+            get_filesystem_class(protocol)
+        except ValueError:
+            raise UsageError(f"{url}: unknown protocol {protocol}:// (fsspec knows none by that name)") from None
+        except ImportError:
+            package = known_implementations.get(protocol, {}).get("class", protocol).split(".")[0]
+            raise NotInstalled(f"{url}: install {package} to read {protocol}:// URLs") from None
+
+
+def _remote(dest: str) -> bool:
+    return "://" in dest and not dest.startswith("file://")
+
+
+def _save(rs: Any, dest: str, a: argparse.Namespace, options: dict[str, Any], so: dict[str, Any]) -> None:
+    """``rs`` written to ``dest``; a remote ``dest`` with ``--storage-options``, as Python's ``save``."""
+    import refset
+
+    refset.save(rs, dest, format=a.format, storage_options=so if _remote(dest) else None, **options)
 
 
 def _scan_output(src: str, out: str, many: bool, fmt: str | None) -> str:
@@ -354,14 +398,32 @@ def _inputs(items: Sequence[str]) -> list[str]:
 
 def _coo_map(items: Sequence[str] | None) -> dict[str, Any]:
     """``D=SELECTOR``: ``re:PATTERN`` is a regex on the input's name; other selectors as in Python."""
-    import re
-
     out: dict[str, Any] = {}
     for item in items or []:
         dim, sep, sel = item.partition("=")
         if not sep or not dim:
             raise UsageError(f"--coo-map {item!r}: expected DIM=SELECTOR")
-        out[dim] = re.compile(sel[3:]) if sel.startswith("re:") else sel
+        try:
+            out[dim] = re.compile(sel[3:]) if sel.startswith("re:") else sel
+        except re.error as e:
+            raise UsageError(f"--coo-map {item!r}: {sel[3:]!r} is not a regular expression ({e})") from None
+    return out
+
+
+def _coo_dtypes(items: Sequence[str] | None) -> dict[str, Any]:
+    """``D=DTYPE``, each a numpy dtype (``i4``, ``f8``, ``M8[ns]``), checked before any input is read."""
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        dim, sep, name = item.partition("=")
+        if not sep or not dim:
+            raise UsageError(f"--coo-dtype {item!r}: expected DIM=DTYPE")
+        try:
+            out[dim] = np.dtype(name)
+        except TypeError:
+            raise UsageError(f"--coo-dtype {item!r}: {name!r} is not a numpy dtype (such as i4, f8, M8[ns], "
+                             "U10)") from None
     return out
 
 
@@ -394,6 +456,7 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
     t0 = time.perf_counter()
     ro = _json_arg(a.remote_options, "--remote-options") if a.remote_options is not None else None
     options = _writer_options(a, a.output)
+    coo_map, coo_dtypes = _coo_map(a.coo_map), _coo_dtypes(a.coo_dtype)
     if a.append and os.path.exists(a.output):
         inputs = [a.output, *inputs]
     else:
@@ -403,7 +466,7 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
     try:
         rs = refset.combine(inputs, concat_dims=a.concat_dim,
                             identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
-                            coo_map=_coo_map(a.coo_map), coo_dtypes=dict(_options(a.coo_dtype)),
+                            coo_map=coo_map, coo_dtypes=coo_dtypes,
                             storage_options=so, remote_options=ro,
                             client=client, progress=bar.update)
     finally:
@@ -413,7 +476,7 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
             client.close()
             if cluster is not None:
                 cluster.close()
-    refset.save(rs, a.output, format=a.format, **options)
+    _save(rs, a.output, a, options, so)
     if not a.quiet:
         _summary(a.output, len(inputs), rs, t0)
     return EXIT_OK
@@ -455,7 +518,7 @@ def cmd_scan(a: argparse.Namespace) -> int:
         for src, dest in bar.iterate(zip(a.files, dests, strict=True)):
             rs = refset.scan(src, storage_options=so, inline_threshold=a.inline_threshold, group=a.group,
                              drop_variables=drop, subchunk=a.subchunk)
-            refset.save(rs, dest, format=a.format, **options)
+            _save(rs, dest, a, options, so)
             n = sum(rs.table(p).count() for p in rs.grids)
             arrays, refs = arrays + len(rs.grids), refs + n
             if not a.quiet and many:
@@ -668,6 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .errors import InvalidOption, InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
 
     try:
+        _check_args(a)
         status = int(a.func(a))
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         return status
@@ -681,20 +745,66 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = str(e)  # one problem on the same line, several below it
         sys.stderr.write(f"refset {a.command}: invalid input:" + ("\n" if "\n" in text else " ") + text + "\n")
         return EXIT_INVALID
+    except NotInstalled as e:
+        sys.stderr.write(f"refset {a.command}: {e}\n")
+        return EXIT_INVALID
     except FileNotFoundError as e:
         sys.stderr.write(f"refset {a.command}: not found: {e}\n")
         return EXIT_INVALID
-    except (ReferenceNotReachable, OSError) as e:
-        sys.stderr.write(f"refset {a.command}: {e}\n")
-        return EXIT_INVALID
-    except KeyError as e:
-        sys.stderr.write(f"refset {a.command}: no such key: {e}\n")
-        return EXIT_INVALID
-    except RefsetError as e:
-        sys.stderr.write(f"refset {a.command}: {e}\n")
-        return EXIT_INVALID
     except KeyboardInterrupt:
         return 130
+    except Exception as e:
+        if _is_access_error(e):
+            sys.stderr.write(f"refset {a.command}: {_access_message(a, e)}\n")
+        elif isinstance(e, ReferenceNotReachable | RefsetError):
+            sys.stderr.write(f"refset {a.command}: {e}\n")
+        elif isinstance(e, OSError):  # named after what was read, unless the message names it
+            subject = _subject(a)
+            said = _one_line(e)
+            sys.stderr.write(f"refset {a.command}: " + ("" if subject in said else f"{subject}: ") + said + "\n")
+        elif isinstance(e, KeyError):
+            sys.stderr.write(f"refset {a.command}: no such key: {e}\n")
+        else:  # a failure nothing above foresaw: one line; the traceback with REFSET_DEBUG=1
+            if os.environ.get("REFSET_DEBUG") == "1":
+                import traceback
+
+                traceback.print_exc()
+            sys.stderr.write(f"refset {a.command}: error: {type(e).__name__}: {_one_line(e)}\n")
+        return EXIT_INVALID
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or "(no message)"
+
+
+def _is_access_error(e: BaseException) -> bool:
+    """Credentials missing or refused, an endpoint unreachable: botocore's errors, or the
+    PermissionError s3fs turns a refusal into."""
+    root = type(e).__module__.split(".")[0]
+    return root in ("botocore", "aiobotocore") or (isinstance(e, PermissionError) and "s3://" in str(e))
+
+
+def _subject(a: argparse.Namespace) -> str:
+    """The input a command reads first (its set, IN, or first FILE/INPUT)."""
+    return next((v if isinstance(v, str) else v[0] for v in (
+        getattr(a, n, None) for n in ("refs", "input", "files", "inputs")) if v), "?")
+
+
+def _access_message(a: argparse.Namespace, e: BaseException) -> str:
+    """One line: what was being read, why it failed, and the options that give credentials."""
+    subject = _subject(a)
+    if _remote(subject):
+        where, flag = subject, "--storage-options"
+    else:  # a local set: the data files it points into
+        where = f"the data files {subject} points into"
+        flag = "--remote-options" if hasattr(a, "remote_options") else "--storage-options"
+    said = _one_line(e)
+    if re.search(r"credential|access ?denied|forbidden|signature|permission", type(e).__name__ + said, re.I):
+        hint = (f"public S3 data: {flag} '{{\"anon\": true}}' or FSSPEC_S3_ANON=true; else AWS credentials "
+                "(environment or profile)")
+    else:
+        hint = f"check the endpoint or network; fsspec options go in {flag}"
+    return f"cannot read {where}: {said} ({hint})"
 
 
 def _silence_stdout() -> None:
