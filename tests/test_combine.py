@@ -245,6 +245,9 @@ def test_dask_tree_reduction_equals_the_in_process_combine(tmp_path: Path) -> No
         on, here = both(shuffled[:4], concat_dims=["run", "time"],
                         coo_map={"run": lambda i, rs, name: 10 * i})
         assert on == here and json.loads(on["v/.zarray"])["shape"][0] == 4
+        on, here = both(shuffled[:3], concat_dims="time",  # scan options reach the scans on the workers
+                        scan_options={"inline_threshold": 0, "drop_variables": ["w"]})
+        assert on == here and "w/.zarray" not in on and isinstance(on["v/0.0.0"], list)
 
 
 # -- the command line ----------------------------------------------------------------------------------
@@ -261,14 +264,16 @@ def test_cli_scan_concat_dim_on_a_process_cluster_then_append(tmp_path: Path) ->
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=":0") as cluster:
         r = _cli("scan", str(tmp_path / "day0[01].nc"), "--concat-dim", "time", "--identical-dims", "lat,lon",
-                 "-o", str(out), "--scheduler", cluster.scheduler_address)
+                 "-o", str(out), "--scheduler", cluster.scheduler_address, "--inline-threshold", "0")
         assert r.returncode == 0, r.stderr
         assert "2 inputs" in r.stderr and "references" in r.stderr
         listing = tmp_path / "more.txt"
         listing.write_text("\n".join(str(f) for f in files[2:]) + "\n")
         r = _cli("scan", f"@{listing}", "--concat-dim", "time", "-o", str(out), "--append", "--quiet",
-                 "--scheduler", cluster.scheduler_address)
+                 "--scheduler", cluster.scheduler_address, "--inline-threshold", "0")
         assert r.returncode == 0 and not r.stderr, r.stderr
+    v = refset.load(out).table("v")
+    assert not v.inline and v.count() == 8  # --inline-threshold 0: every chunk of v a range, none inline
     got = refset.open_dataset(str(out)).load()
     xr.testing.assert_identical(got, refset.open_dataset(combine(files, concat_dims="time")).load())
 
@@ -294,6 +299,21 @@ def test_cli_combine_sets_with_coo_map_and_rename(tmp_path: Path) -> None:
     xr.testing.assert_identical(refset.open_dataset(str(tmp_path / "moved.json")).load(), got)
     r = _cli("combine", *sets, "--concat-dim", "member", "-o", str(tmp_path / "x.json"))
     assert r.returncode != 0 and "coo_map" in r.stderr and not (tmp_path / "x.json").exists()
+
+
+def test_cli_scan_options_reach_the_scans_of_a_combine(tmp_path: Path) -> None:
+    """``scan FILES --concat-dim`` with scan's options: each file is scanned with them (small files whose
+    chunks the default threshold would inline, here referenced; a variable and a group left out)."""
+    files = _days(tmp_path, 2)
+    out = tmp_path / "all.json"
+    r = _cli("scan", *map(str, files), "--concat-dim", "time", "-o", str(out), "--inline-threshold", "0",
+             "--drop-variables", "w", "--workers", "0")
+    assert r.returncode == 0, r.stderr
+    got, default = refset.load(out), combine(files, concat_dims="time")
+    assert default.table("v").inline and not got.table("v").inline  # the default inlines these small chunks
+    assert "w" not in got.grids and "w" in default.grids
+    xr.testing.assert_identical(refset.open_dataset(str(out)).load(),
+                                refset.open_dataset(default).load().drop_vars("w"))
 
 
 def test_identical_dim_in_a_truncated_file_is_not_reachable(tmp_path: Path) -> None:

@@ -448,6 +448,16 @@ def _client(a: argparse.Namespace, n_inputs: int) -> Any:
     return client
 
 
+def _scan_options(a: argparse.Namespace) -> dict[str, Any]:
+    """The keywords of ``refset.scan`` that scan's options give (combine's data-file inputs: defaults)."""
+    from .scan import INLINE_THRESHOLD
+
+    return {"inline_threshold": getattr(a, "inline_threshold", INLINE_THRESHOLD),
+            "group": getattr(a, "group", None),
+            "drop_variables": [v for v in (getattr(a, "drop_variables", None) or "").split(",") if v],
+            "subchunk": getattr(a, "subchunk", None)}
+
+
 def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, Any]) -> int:
     import time
 
@@ -467,7 +477,7 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
         rs = refset.combine(inputs, concat_dims=a.concat_dim,
                             identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
                             coo_map=coo_map, coo_dtypes=coo_dtypes,
-                            storage_options=so, remote_options=ro,
+                            storage_options=so, remote_options=ro, scan_options=_scan_options(a),
                             client=client, progress=bar.update)
     finally:
         bar.close()
@@ -494,11 +504,6 @@ def cmd_scan(a: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     a.files = _inputs(a.files)
     if a.concat_dim:
-        from .scan import INLINE_THRESHOLD
-
-        if a.group or a.drop_variables or a.subchunk or a.inline_threshold != INLINE_THRESHOLD:
-            raise UsageError("--concat-dim: --group, --drop-variables, --subchunk and --inline-threshold "
-                             "apply to single-file scans (refset combine takes sets)")
         return _combine_and_save(a, a.files, _json_arg(a.storage_options, "--storage-options"))
     if a.remote_options is not None:
         raise UsageError("--remote-options: used with --concat-dim (reading coordinate values); a scan "
@@ -512,12 +517,10 @@ def cmd_scan(a: argparse.Namespace) -> int:
     _refuse_existing(a, dests)
     if (many or a.output.endswith("/")) and "://" not in a.output:
         os.makedirs(a.output, exist_ok=True)
-    drop = [v for v in (a.drop_variables or "").split(",") if v]
     arrays = refs = 0
     with Bar(len(a.files), "scanning", many and wanted(a.quiet)) as bar:
         for src, dest in bar.iterate(zip(a.files, dests, strict=True)):
-            rs = refset.scan(src, storage_options=so, inline_threshold=a.inline_threshold, group=a.group,
-                             drop_variables=drop, subchunk=a.subchunk)
+            rs = refset.scan(src, storage_options=so, **_scan_options(a))
             _save(rs, dest, a, options, so)
             n = sum(rs.table(p).count() for p in rs.grids)
             arrays, refs = arrays + len(rs.grids), refs + n

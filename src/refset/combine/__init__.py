@@ -39,6 +39,7 @@ def combine(
     check: bool = True,
     storage_options: Mapping[str, Any] | None = None,
     remote_options: Mapping[str, Any] | None = None,
+    scan_options: Mapping[str, Any] | None = None,
     client: Any = None,
     batch_size: int = 64,
     progress: Callable[[int], Any] | None = None,
@@ -56,7 +57,8 @@ def combine(
     workers the inputs are opened (scanned) and combined as a tree of ``batch_size`` sets per task
     (see ``_dask``). ``storage_options``: fsspec options for opening (scanning) the inputs;
     ``remote_options``: for the data files their references point into, read for coordinate values
-    (default: ``storage_options``). ``progress(n)`` is called as each input has been opened (scanned), with 1.
+    (default: ``storage_options``). ``scan_options``: keywords of :func:`refset.scan` for the inputs
+    that are data files (``inline_threshold``, ``group``, ``drop_variables``, ``subchunk``). ``progress(n)`` is called as each input has been opened (scanned), with 1.
     """
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
@@ -66,17 +68,18 @@ def combine(
         raise InvalidReferences("combine: no inputs")
     so = dict(storage_options or {})
     ro = so if remote_options is None else dict(remote_options)
+    sc = dict(scan_options or {})
     if client is not None:
         from ._dask import combine_on_cluster
 
         out = combine_on_cluster(client, items, dims=dims, identical=list(identical_dims),
                                  coo_map=dict(coo_map or {}), coo_dtypes=dict(coo_dtypes or {}),
                                  preprocess=preprocess, check=check, so=so, ro=ro, batch=batch_size,
-                                 progress=progress)
+                                 progress=progress, scan_options=sc)
         return postprocess(out) if postprocess is not None else out
     opened = []
     for i, x in enumerate(items):
-        opened.append(open_input(x, i, storage_options=so))
+        opened.append(open_input(x, i, storage_options=so, scan_options=sc))
         if progress is not None:
             progress(1)
     sets = [rs for rs, _ in opened]
@@ -89,9 +92,9 @@ def combine(
 
 
 def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | None = None,
-               ) -> tuple[ReferenceSet, str]:
-    """``(set, name)`` of one input: a set or dict as it is, a path/URL to a NetCDF/HDF5 file scanned,
-    any other path loaded as a reference set."""
+               scan_options: Mapping[str, Any] | None = None) -> tuple[ReferenceSet, str]:
+    """``(set, name)`` of one input: a set or dict as it is, a path/URL to a NetCDF/HDF5 file scanned
+    (with ``scan_options``), any other path loaded as a reference set."""
     from ..formats import load
 
     if isinstance(x, ReferenceSet | Mapping):
@@ -103,7 +106,7 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
     if _is_data_file(url, storage_options or {}):
         from ..scan import scan
 
-        return scan(url, storage_options=storage_options), url
+        return scan(url, storage_options=storage_options, **dict(scan_options or {})), url
     return load(url, storage_options=storage_options), url
 
 
@@ -134,7 +137,9 @@ def _is_data_file(url: str, so: Mapping[str, Any]) -> bool:
 class _Combiner:
     def __init__(self, sets: list[ReferenceSet], names: list[str], coords: list[Coordinate],
                  identical: set[str], check: bool, so: Mapping[str, Any]) -> None:
-        # so: fsspec options for the data files the sets' references point into
+        # so: fsspec options for the data files the sets' references point into. Every table read
+        # first: a lazily read set (parquet) knows its URL table only after its tables
+        sets = [rs.loaded() for rs in sets]
         self.sets, self.names, self.coords = sets, names, coords
         self.identical, self.check, self.so = identical, check, so
         self.urls, remaps = union_urls([rs.urls for rs in sets])

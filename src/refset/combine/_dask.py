@@ -52,14 +52,15 @@ def _one_input(sel: Any, i: int) -> Any:
 
 def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]], dims: Sequence[str],
                 coo_dtypes: Mapping[str, Any], so: Mapping[str, Any], ro: Mapping[str, Any],
-                preprocess: Callable[..., ReferenceSet] | None) -> tuple[list[Any], list[Any]]:
-    """Inputs ``start...`` opened (scanned) with ``so``, and each one's coordinate values and
+                preprocess: Callable[..., ReferenceSet] | None,
+                scan_options: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+    """Inputs ``start...`` opened (scanned, with ``scan_options``) with ``so``, and each one's coordinate values and
     attributes (data read with ``ro``)."""
     from . import open_input
 
     sets, coords = [], []
     for k, x in enumerate(xs):
-        rs, name = open_input(x, start + k, storage_options=so)
+        rs, name = open_input(x, start + k, storage_options=so, scan_options=scan_options)
         if preprocess is not None:
             rs = preprocess(rs)
         sets.append((rs, name))
@@ -93,7 +94,8 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
                        coo_map: Mapping[str, Any], coo_dtypes: Mapping[str, Any],
                        preprocess: Callable[..., ReferenceSet] | None, check: bool,
                        so: Mapping[str, Any], ro: Mapping[str, Any] | None = None, batch: int = BATCH,
-                       progress: Callable[[int], Any] | None = None) -> ReferenceSet:
+                       progress: Callable[[int], Any] | None = None,
+                       scan_options: Mapping[str, Any] | None = None) -> ReferenceSet:
     if batch < 2:
         raise ValueError(f"batch_size: must be at least 2, got {batch}")
     n = len(items)
@@ -104,7 +106,7 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
     threads = sum(client.nthreads().values()) or 1
     size = max(1, min(batch, -(-n // (4 * threads))))
     groups = [client.submit(_open_group, items[s:s + size], s, maps[s:s + size], dims, coo_dtypes, so, ro,
-                            preprocess, pure=False) for s in range(0, n, size)]
+                            preprocess, dict(scan_options or {}), pure=False) for s in range(0, n, size)]
     pending = [client.submit(_coords_part, g, pure=False) for g in groups]
     if progress is not None:
         from distributed import as_completed
