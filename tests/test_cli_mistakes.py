@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import refset
+from refset.scan import UnusedDropWarning
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "examples" / "sample.json"
@@ -216,3 +217,66 @@ def test_unforeseen_failure_is_one_line(tmp_path: Path):
     debug = subprocess.run([sys.executable, "-m", "refset.cli", *args], capture_output=True,
                            text=True, cwd=tmp_path, env=ENV | {"REFSET_DEBUG": "1"})
     assert debug.returncode == 1 and debug.stderr.startswith("Traceback") and debug.stderr.endswith(r.stderr)
+
+
+@pytest.fixture(scope="module")
+def days(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two daily NetCDF4 files: time (one step each), lat, v(time, lat)."""
+    nc4 = pytest.importorskip("netCDF4")
+    d = tmp_path_factory.mktemp("days")
+    files = []
+    for i in range(2):
+        with nc4.Dataset(d / f"d{i}.nc", "w") as ds:
+            ds.createDimension("time", None)
+            ds.createDimension("lat", 3)
+            t = ds.createVariable("time", "i4", ("time",))
+            t.units, t[:] = "days since 2000-01-01", [i]
+            ds.createVariable("lat", "f4", ("lat",))[:] = [1, 2, 3]
+            ds.createVariable("v", "f4", ("time", "lat"))[:] = np.full((1, 3), i)
+        files.append(d / f"d{i}.nc")
+    return files
+
+
+@pytest.mark.parametrize("cmd", ["scan", "combine"])
+def test_identical_dims_typo_is_named(days: list[Path], tmp_path: Path, cmd: str):
+    r = _run(cmd, *map(str, days), "--concat-dim", "time", "--identical-dims", "lat,lno", "-o", "out.json",
+             cwd=tmp_path)
+    _one_line_no_traceback(r, 1, "identical_dims names 'lno', which no input has (its variables: lat, time, v)")
+    assert _tree(tmp_path) == {}
+    with pytest.raises(refset.errors.InvalidReferences, match="identical_dims names 'lno'"):
+        refset.combine(days, concat_dims="time", identical_dims=["lat", "lno"])
+
+
+@pytest.mark.parametrize("concat", [False, True])
+def test_drop_variables_typo_warns(days: list[Path], tmp_path: Path, concat: bool):
+    """Not an error (a list meant for heterogeneous files names variables some files lack): one warning
+    line for a name no file has, none for a name some file has."""
+    args = ["--concat-dim", "time", "-o", "out.json"] if concat else ["-o", "out/"]
+    r = _run("scan", *map(str, days), *args, "--drop-variables", "nosuch,v", cwd=tmp_path)
+    where = "inputs" if concat else "files"
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    warned = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert warned == [f"refset scan: warning: --drop-variables nosuch: no such variable in any of the 2 {where}"]
+    with pytest.warns(UnusedDropWarning,
+                      match="drop_variables: no variable 'nosuch' in "):
+        rs = refset.scan(days[0], drop_variables=["nosuch", "v"])
+    assert "v" not in rs.grids
+
+
+def test_convert_says_how_many_urls_were_renamed(days: list[Path], tmp_path: Path):
+    refset.save(refset.scan(days[0], inline_threshold=0), tmp_path / "d.json")
+    r = _run("convert", "d.json", "out.json", "--rename", "nomatch/=x/", cwd=tmp_path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0] == "refset convert: warning: renamed 0 of 1 URLs: none starts with 'nomatch/'"
+    assert ", renamed 0 of 1 URLs in " in lines[1] and len(lines) == 2
+    r = _run("convert", "d.json", "moved.json", "--rename", f"{days[0].parent}/=s3://bucket/", cwd=tmp_path)
+    assert r.returncode == 0 and ", renamed 1 of 1 URLs in " in r.stderr and r.stderr.count("\n") == 1
+    assert refset.load(tmp_path / "moved.json").urls == ("s3://bucket/d0.nc",)
+
+
+def test_ls_of_nothing_and_cat_backwards(tmp_path: Path):
+    r = _run("ls", str(SAMPLE), "nosuch", cwd=tmp_path)
+    assert r.stdout == "" and r.returncode == 1 and r.stderr == f"refset ls: nosuch: no such key or directory in {SAMPLE}\n"
+    _one_line_no_traceback(_run("cat", str(SAMPLE), "t/0", "--start", "10", "--end", "4", cwd=tmp_path), 2,
+                           "refset cat: error: --start 10 --end 4: the start is after the end")

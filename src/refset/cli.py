@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ._progress import Bar, wanted
@@ -193,15 +195,21 @@ def cmd_ls(a: argparse.Namespace) -> int:
         return not prefix or key == prefix or key.startswith(prefix + "/")
 
     out = sys.stdout
+    listed = 0
     for key in rs.other.keys.tolist():
         if under(key):
             out.write(_ls_line(rs, key, a.long))
+            listed += 1
     for path in rs.grids:
         if prefix and not under(path) and not under(array_key(path, "x")):
             continue
         for key in rs.chunk_keys(path):
             if under(key):
                 out.write(_ls_line(rs, key, a.long))
+                listed += 1
+    if prefix and not listed:
+        sys.stderr.write(f"refset ls: {a.prefix}: no such key or directory in {a.refs}\n")
+        return EXIT_INVALID
     return EXIT_OK
 
 
@@ -230,11 +238,18 @@ def cmd_convert(a: argparse.Namespace) -> int:
     with Bar(len(rs.grids), "reading", wanted(a.quiet), unit="array") as bar:
         for p in bar.iterate(list(rs.grids)):  # lazy forms (parquet, packed) read each table here
             rs.table(p)
+    renamed = ""
     if renames:
+        urls = rs.loaded().urls
+        n = sum(1 for u in urls if any(u.startswith(old) for old in renames))
+        if n == 0:
+            sys.stderr.write(f"refset convert: warning: renamed 0 of {len(urls):,} URLs: none starts with "
+                             f"{' or '.join(map(repr, renames))}\n")
         rs = refset.rename_urls(rs, renames)
+        renamed = f"renamed {n:,} of {len(urls):,} URLs"
     _save(rs, a.output, a, options, so)
     if not a.quiet:
-        _summary(a.output, 1, rs, t0)
+        _summary(a.output, 1, rs, t0, renamed)
     return EXIT_OK
 
 
@@ -279,7 +294,7 @@ def _refuse_existing(a: argparse.Namespace, dests: Sequence[str]) -> None:
             raise UsageError(f"output {dest} exists ({what}); give --overwrite to replace it")
 
 
-def _summary(out: str, n_inputs: int, rs: Any, t0: float) -> None:
+def _summary(out: str, n_inputs: int, rs: Any, t0: float, extra: str = "") -> None:
     """The line that ends scan, combine and convert: inputs, arrays, references, output size, time."""
     import time
 
@@ -287,7 +302,8 @@ def _summary(out: str, n_inputs: int, rs: Any, t0: float) -> None:
     size = _size_on_disk(out)
     sized = f"{size:,} bytes" if size is not None else "size unknown"
     sys.stderr.write(f"wrote {out}: {n_inputs:,} input{'s' * (n_inputs != 1)}, {len(rs.grids)} arrays, "
-                     f"{n:,} references, {sized} in {time.perf_counter() - t0:.1f} s\n")
+                     f"{n:,} references, {sized}{', ' + extra if extra else ''} in "
+                     f"{time.perf_counter() - t0:.1f} s\n")
 
 
 def _pair(item: str, flag: str) -> tuple[str, str]:
@@ -327,6 +343,9 @@ def _check_args(a: argparse.Namespace) -> None:
     if getattr(a, "scheduler", None) and not _SCHEDULER.fullmatch(a.scheduler):
         raise UsageError(f"--scheduler {a.scheduler!r}: expected a scheduler address, HOST:PORT or "
                          "tcp://HOST:PORT")
+    start, end = getattr(a, "start", None), getattr(a, "end", None)
+    if start is not None and end is not None and (start < 0) == (end < 0) and start > end:
+        raise UsageError(f"--start {start} --end {end}: the start is after the end")
     for attr in ("refs", "input", "output", "files", "inputs"):
         value = getattr(a, attr, None)
         for url in [value] if isinstance(value, str) else value or []:
@@ -448,6 +467,28 @@ def _client(a: argparse.Namespace, n_inputs: int) -> Any:
     return client
 
 
+@contextlib.contextmanager
+def _unused_drops(a: argparse.Namespace, n: int, where: str) -> Iterator[None]:
+    """One warning line for the ``--drop-variables`` names that none of the ``n`` scans (or one combine,
+    which warns once for all its inputs) found; other warnings pass through."""
+    from .scan import UnusedDropWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnusedDropWarning)
+        yield
+    counts: dict[str, int] = {}
+    for w in caught:
+        if isinstance(w.message, UnusedDropWarning):
+            for name in w.message.names:
+                counts[name] = counts.get(name, 0) + 1
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    never = [k for k, c in counts.items() if c >= n]
+    if never:
+        sys.stderr.write(f"refset {a.command}: warning: --drop-variables {','.join(never)}: no such variable "
+                         f"in {where}\n")
+
+
 def _scan_options(a: argparse.Namespace) -> dict[str, Any]:
     """The keywords of ``refset.scan`` that scan's options give (combine's data-file inputs: defaults)."""
     from .scan import INLINE_THRESHOLD
@@ -474,11 +515,12 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
     client = _client(a, len(inputs))
     bar = Bar(len(inputs), "opening" if client is None else "scanning on the cluster", wanted(a.quiet))
     try:
-        rs = refset.combine(inputs, concat_dims=a.concat_dim,
-                            identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
-                            coo_map=coo_map, coo_dtypes=coo_dtypes,
-                            storage_options=so, remote_options=ro, scan_options=_scan_options(a),
-                            client=client, progress=bar.update)
+        with _unused_drops(a, 1, f"any of the {len(inputs)} inputs"):
+            rs = refset.combine(inputs, concat_dims=a.concat_dim,
+                                identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
+                                coo_map=coo_map, coo_dtypes=coo_dtypes,
+                                storage_options=so, remote_options=ro, scan_options=_scan_options(a),
+                                client=client, progress=bar.update)
     finally:
         bar.close()
         if client is not None:
@@ -518,7 +560,8 @@ def cmd_scan(a: argparse.Namespace) -> int:
     if (many or a.output.endswith("/")) and "://" not in a.output:
         os.makedirs(a.output, exist_ok=True)
     arrays = refs = 0
-    with Bar(len(a.files), "scanning", many and wanted(a.quiet)) as bar:
+    where = a.files[0] if not many else f"any of the {len(a.files)} files"
+    with Bar(len(a.files), "scanning", many and wanted(a.quiet)) as bar, _unused_drops(a, len(a.files), where):
         for src, dest in bar.iterate(zip(a.files, dests, strict=True)):
             rs = refset.scan(src, storage_options=so, **_scan_options(a))
             _save(rs, dest, a, options, so)

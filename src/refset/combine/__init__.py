@@ -8,6 +8,7 @@ columns (no per-chunk Python): its position along each concat dim comes from its
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from ..errors import InvalidReferences, Unsupported
 from ..keys import ChunkGrid
 from ..model import ReferenceSet
 from ..producer import metadata_bytes
+from ..scan import UnusedDropWarning
 from ..tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, union_urls
 from ._coords import Coordinate, coordinates
 from ._values import read_arrays, zarray, zattrs
@@ -76,19 +78,45 @@ def combine(
                                  coo_map=dict(coo_map or {}), coo_dtypes=dict(coo_dtypes or {}),
                                  preprocess=preprocess, check=check, so=so, ro=ro, batch=batch_size,
                                  progress=progress, scan_options=sc)
+        _check_identical(identical_dims, [out])
         return postprocess(out) if postprocess is not None else out
-    opened = []
+    opened, unused = [], []
     for i, x in enumerate(items):
-        opened.append(open_input(x, i, storage_options=so, scan_options=sc))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UnusedDropWarning)
+            opened.append(open_input(x, i, storage_options=so, scan_options=sc))
+        unused.append(set().union(*(w.message.names for w in caught if isinstance(w.message, UnusedDropWarning))))
+        for w in caught:
+            if not isinstance(w.message, UnusedDropWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         if progress is not None:
             progress(1)
+    _warn_unused(unused)
     sets = [rs for rs, _ in opened]
     names = [n for _, n in opened]
     if preprocess is not None:
         sets = [preprocess(rs) for rs in sets]
+    _check_identical(identical_dims, sets)
     coords = coordinates(sets, names, dims, dict(coo_map or {}), dict(coo_dtypes or {}), ro)
     out = _Combiner(sets, names, coords, set(identical_dims), check, ro).build()
     return postprocess(out) if postprocess is not None else out
+
+
+def _check_identical(names: Sequence[str], sets: Sequence[ReferenceSet]) -> None:
+    """Every name in ``identical_dims`` is a variable of some input (a typo would check nothing)."""
+    have = {p for rs in sets for p in rs.grids}
+    missing = [n for n in names if n.strip("/") not in have]
+    if missing:
+        raise InvalidReferences(f"combine: identical_dims names {', '.join(map(repr, missing))}, which no input "
+                                f"has (its variables: {', '.join(sorted(have)) or 'none'})")
+
+
+def _warn_unused(unused: list[set[str]]) -> None:
+    """One warning for the names to drop that no input had (each input's own warning is dropped: a list
+    meant for heterogeneous files names variables that only some of them have)."""
+    never = set.intersection(*unused) if unused else set()
+    if never:
+        warnings.warn(UnusedDropWarning(sorted(never), f"any of the {len(unused)} inputs"), stacklevel=3)
 
 
 def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | None = None,

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,27 +54,31 @@ def _one_input(sel: Any, i: int) -> Any:
 def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]], dims: Sequence[str],
                 coo_dtypes: Mapping[str, Any], so: Mapping[str, Any], ro: Mapping[str, Any],
                 preprocess: Callable[..., ReferenceSet] | None,
-                scan_options: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
-    """Inputs ``start...`` opened (scanned, with ``scan_options``) with ``so``, and each one's coordinate values and
-    attributes (data read with ``ro``)."""
+                scan_options: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[set[str]]]:
+    """Inputs ``start...`` opened (scanned, with ``scan_options``) with ``so``, each one's coordinate
+    values and attributes (data read with ``ro``), and the names to drop each one lacked."""
+    from ..scan import UnusedDropWarning
     from . import open_input
 
-    sets, coords = [], []
+    sets, coords, unused = [], [], []
     for k, x in enumerate(xs):
-        rs, name = open_input(x, start + k, storage_options=so, scan_options=scan_options)
+        with warnings.catch_warnings(record=True) as caught:  # reported once, by the client
+            warnings.simplefilter("always", UnusedDropWarning)
+            rs, name = open_input(x, start + k, storage_options=so, scan_options=scan_options)
+        unused.append(set().union(*(w.message.names for w in caught if isinstance(w.message, UnusedDropWarning))))
         if preprocess is not None:
             rs = preprocess(rs)
         sets.append((rs, name))
         coords.append([(c.per_input[0], c.attrs)
                        for c in coordinates([rs], [name], dims, maps[k], coo_dtypes, ro)])
-    return sets, coords
+    return sets, coords, unused
 
 
-def _coords_part(group: tuple[list[Any], list[Any]]) -> list[Any]:
-    return group[1]
+def _coords_part(group: tuple[list[Any], list[Any], list[set[str]]]) -> tuple[list[Any], list[set[str]]]:
+    return group[1], group[2]
 
 
-def _combine_picked(groups: Sequence[tuple[list[Any], list[Any]]], picks: Sequence[tuple[int, int]],
+def _combine_picked(groups: Sequence[tuple[list[Any], list[Any], list[set[str]]]], picks: Sequence[tuple[int, int]],
                     *args: Any) -> tuple[ReferenceSet, str]:
     return _combine_batch([groups[g][0][j] for g, j in picks], *args)
 
@@ -113,7 +118,11 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
 
         for f in as_completed(pending):
             progress(min(size, n - size * pending.index(f)))
-    info = [c for part in client.gather(pending) for c in part]
+    from . import _warn_unused
+
+    parts = client.gather(pending)
+    info = [c for part, _ in parts for c in part]
+    _warn_unused([u for _, us in parts for u in us])
     target = {d: info[0][k][1] for k, d in enumerate(dims) if is_cf_time(info[0][k][1])}
     keys = []
     for k, d in enumerate(dims):

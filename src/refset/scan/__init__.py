@@ -8,6 +8,7 @@ HTTP and S3 files scan the same way, reading only the bytes the metadata needs.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -16,7 +17,30 @@ from ..formats.registry import data_format, file_reader
 from ..model import ReferenceSet
 from ._file import HEAD_BYTES, ScanFile, is_local
 
-__all__ = ["scan", "INLINE_THRESHOLD", "detect_format"]
+__all__ = ["scan", "INLINE_THRESHOLD", "detect_format", "UnusedDropWarning"]
+
+
+class UnusedDropWarning(UserWarning):
+    """A name in ``drop_variables`` that is no variable of the scanned file (a typo, or a list meant
+    for other files). ``names``: those names; ``url``: the file."""
+
+    def __init__(self, names: list[str], url: str) -> None:
+        self.names, self.url = names, url
+        super().__init__(f"drop_variables: no variable {', '.join(map(repr, names))} in {url}")
+
+
+class _Drop(set[str]):
+    """The names to drop, remembering which of them the scanner asked about and found."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        super().__init__(names)
+        self.found: set[str] = set()
+
+    def __contains__(self, name: object) -> bool:
+        hit = super().__contains__(name)
+        if hit:
+            self.found.add(str(name))
+        return hit
 
 #: Chunks smaller than this many bytes are stored in the set (see docs/scan.md for the measurement).
 INLINE_THRESHOLD = 500
@@ -59,14 +83,15 @@ def scan(
     first axis so that parallel reads work. ``head_bytes``: a remote file is read with one GET of
     its first bytes (the whole file when smaller), then in blocks. ``options`` go to the format scanner (HDF5:
     ``max_inline`` bytes of data read through h5py and stored for filters no codec decodes exactly).
-    A variable that cannot be referenced exactly raises :class:`~refset.errors.Unsupported` naming it.
+    A variable that cannot be referenced exactly raises :class:`~refset.errors.Unsupported` naming it;
+    a name to drop that the file lacks warns (:class:`UnusedDropWarning`).
     """
     import fsspec
 
     url = os.fspath(url)
     so = dict(storage_options or {})
     fs, path = fsspec.core.url_to_fs(url, **so)
-    drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables)
+    drop = _Drop([drop_variables] if isinstance(drop_variables, str) else drop_variables)
     if inline_threshold < 0:
         raise ValueError(f"inline_threshold: must be >= 0, got {inline_threshold}")
     unknown = sorted(set(options) - _OPTIONS)
@@ -91,5 +116,8 @@ def scan(
 
             writer = scan_netcdf3(f, _url(url, fs), sf.size, inline_threshold=inline_threshold,
                                   drop=drop, subchunk=subchunk, **options)
-        return writer.build(sf.read_ranges)
+        out = writer.build(sf.read_ranges)
+    if drop - drop.found:
+        warnings.warn(UnusedDropWarning(sorted(drop - drop.found), url), stacklevel=2)
+    return out
 
