@@ -241,7 +241,7 @@ def days(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 def test_identical_dims_typo_is_named(days: list[Path], tmp_path: Path, cmd: str):
     r = _run(cmd, *map(str, days), "--concat-dim", "time", "--identical-dims", "lat,lno", "-o", "out.json",
              cwd=tmp_path)
-    _one_line_no_traceback(r, 1, "identical_dims names 'lno', which no input has (its variables: lat, time, v)")
+    _one_line_no_traceback(r, 1, "--identical-dims names 'lno', which no input has (its variables: lat, time, v)")
     assert _tree(tmp_path) == {}
     with pytest.raises(refset.errors.InvalidReferences, match="identical_dims names 'lno'"):
         refset.combine(days, concat_dims="time", identical_dims=["lat", "lno"])
@@ -280,3 +280,69 @@ def test_ls_of_nothing_and_cat_backwards(tmp_path: Path):
     assert r.stdout == "" and r.returncode == 1 and r.stderr == f"refset ls: nosuch: no such key or directory in {SAMPLE}\n"
     _one_line_no_traceback(_run("cat", str(SAMPLE), "t/0", "--start", "10", "--end", "4", cwd=tmp_path), 2,
                            "refset cat: error: --start 10 --end 4: the start is after the end")
+
+
+def test_combine_takes_a_list_of_sets(days: list[Path], tmp_path: Path):
+    """kerchunk's JSON list of sets (plain or compressed) is a combine input: its items, named
+    ``list.json[0]``..."""
+    sets = [refset.scan(f, inline_threshold=0).to_dict() for f in days[::-1]]
+    (tmp_path / "list.json").write_text(json.dumps(sets))
+    r = _run("combine", "list.json", "--concat-dim", "time", "-o", "out.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    want = refset.combine(days[::-1], concat_dims="time", scan_options={"inline_threshold": 0})
+    assert refset.load(tmp_path / "out.json").to_dict() == want.to_dict()
+    (tmp_path / "list.json.zst").write_bytes(__import__("zstandard").compress(json.dumps(sets).encode()))
+    assert refset.combine([tmp_path / "list.json.zst"], concat_dims="time").to_dict() == want.to_dict()
+    (tmp_path / "bad.json").write_text(json.dumps([sets[0], {"a": 1}, 3]))
+    r = _run("combine", "bad.json", "--concat-dim", "time", "-o", "bad-out.json", cwd=tmp_path)
+    _one_line_no_traceback(r, 1, "refset combine: invalid input: bad.json[2]: must be a JSON object (a reference "
+                                 "set), got int")
+
+
+@pytest.mark.parametrize("make,says", [
+    (lambda d, days: str(days[0]), "make one with `refset scan {src} -o d0.json`"),
+    (lambda d, days: str(d / "set.parq" / ".zmetadata"),
+     "is the .zmetadata of a parquet reference set, not a set: give its directory, {dir}"),
+])
+def test_info_advice_that_runs(wrong_inputs: Path, days: list[Path], tmp_path: Path, make, says: str):
+    src = make(wrong_inputs, days)
+    r = _run("info", src, cwd=tmp_path)
+    _one_line_no_traceback(r, 1, says.format(src=src, dir=str(wrong_inputs / "set.parq")))
+    if "refset scan" in says:  # the command it gives runs
+        cmd = says.format(src=src).split("`")[1].split()[1:]
+        assert _run(*cmd, cwd=tmp_path).returncode == 0 and (tmp_path / "d0.json").exists()
+
+
+def test_unknown_concat_dim_in_command_line_words(days: list[Path], tmp_path: Path):
+    r = _run("combine", *map(str, days), "--concat-dim", "tiem", "-o", "out.json", cwd=tmp_path)
+    _one_line_no_traceback(r, 1, "concat dim 'tiem': no input has a variable 'tiem' to take its values from (did "
+                                 "you mean 'time'?); give --coo-map tiem=SELECTOR (e.g. tiem=INDEX, ")
+    assert "coo_map" not in r.stderr
+    with pytest.raises(refset.errors.InvalidReferences, match=r"give coo_map=\{'tiem': \.\.\.\}"):
+        refset.combine(days, concat_dims="tiem")  # Python callers keep Python's words
+
+
+@pytest.mark.parametrize("name,says", [
+    ("set.parq", "set.parq: is a parquet reference set (`refset convert` rewrites it, `refset combine` joins "
+                 "sets), not a NetCDF/HDF5 file: scan takes data files"),
+    ("store.zarr", "store.zarr: is a zarr store (.zgroup), not a NetCDF/HDF5 file: scan takes data files"),
+    ("list.json", "list.json: is a reference set (JSON or packed), not a NetCDF/HDF5 file: scan takes data files; "
+                  "`refset convert` rewrites a set, `refset combine` joins sets"),
+    (".", "is a directory (a glob such as DIR/*.nc scans its files), not a NetCDF/HDF5 file"),
+])
+def test_scan_of_something_else_says_what_it_is(wrong_inputs: Path, tmp_path: Path, name: str, says: str):
+    r = _run("scan", str(wrong_inputs / name), "-o", "out.json", cwd=tmp_path)
+    _one_line_no_traceback(r, 1, says)
+    assert _tree(tmp_path) == {}
+
+
+@pytest.mark.parametrize("cmd", ["scan", "combine", "convert"])
+def test_output_in_a_missing_directory(days: list[Path], tmp_path: Path, cmd: str):
+    out = str(tmp_path / "nonexistent" / "dir" / "out.json")
+    args = {"scan": [str(days[0]), "-o", out], "combine": [*map(str, days), "--concat-dim", "time", "-o", out],
+            "convert": [str(SAMPLE), out]}[cmd]
+    r = _run(cmd, *args, cwd=tmp_path)
+    _one_line_no_traceback(r, 2, f"refset {cmd}: error: output directory {tmp_path}/nonexistent/dir does not exist")
+    assert ".tmp" not in r.stderr and _tree(tmp_path) == {}
+    with pytest.raises(FileNotFoundError, match=f"^output directory {tmp_path}/nonexistent/dir does not exist$"):
+        refset.save(refset.load(SAMPLE), out)

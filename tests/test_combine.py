@@ -298,7 +298,7 @@ def test_cli_combine_sets_with_coo_map_and_rename(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     xr.testing.assert_identical(refset.open_dataset(str(tmp_path / "moved.json")).load(), got)
     r = _cli("combine", *sets, "--concat-dim", "member", "-o", str(tmp_path / "x.json"))
-    assert r.returncode != 0 and "coo_map" in r.stderr and not (tmp_path / "x.json").exists()
+    assert r.returncode != 0 and "--coo-map member=SELECTOR" in r.stderr and not (tmp_path / "x.json").exists()
 
 
 def test_cli_scan_options_reach_the_scans_of_a_combine(tmp_path: Path) -> None:

@@ -280,9 +280,15 @@ def _writer_options(a: argparse.Namespace, dest: str, check_suffix: bool = True)
         raise UsageError(str(e)) from None
 
 
-def _refuse_existing(a: argparse.Namespace, dests: Sequence[str]) -> None:
-    """Without ``--overwrite``, an existing local output (file or parquet directory) is a
-    :class:`UsageError`, found before any work starts, so that the old output stays as it was."""
+def _refuse_existing(a: argparse.Namespace, dests: Sequence[str], made: str | None = None) -> None:
+    """A local output in a directory that does not exist, or without ``--overwrite`` one that exists
+    (file or parquet directory), is a :class:`UsageError`, found before any work starts, so that
+    the old output stays as it was. ``made``: the directory of the outputs, made when missing."""
+    for dest in [made] if made is not None else dests:
+        if not _remote(dest):
+            parent = os.path.dirname(dest.removeprefix("file://").rstrip("/")) or "."
+            if not os.path.isdir(parent):
+                raise UsageError(f"output directory {parent} does not exist")
     if a.overwrite:
         return
     for dest in dests:
@@ -348,7 +354,7 @@ def _check_args(a: argparse.Namespace) -> None:
         raise UsageError(f"--start {start} --end {end}: the start is after the end")
     for attr in ("refs", "input", "output", "files", "inputs"):
         value = getattr(a, attr, None)
-        for url in [value] if isinstance(value, str) else value or []:
+        for url in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
             _check_protocol(url)
 
 
@@ -499,10 +505,21 @@ def _scan_options(a: argparse.Namespace) -> dict[str, Any]:
             "subchunk": getattr(a, "subchunk", None)}
 
 
+def _cli_words(problem: str) -> str:
+    """A combine problem in the command line's words: ``coo_map={'d': ...}`` -> ``--coo-map d=SELECTOR``."""
+    problem = re.sub(r"give coo_map=\{'([^']*)': \.\.\.\} \(e\.g\. 'INDEX', a regex on the file name, 'attr:NAME'\)",
+                     r"give --coo-map \1=SELECTOR (e.g. \1=INDEX, \1=re:PATTERN on the file name, \1=attr:NAME)",
+                     problem)
+    problem = re.sub(r"coo_map\['([^']*)'\]", r"--coo-map \1", problem)
+    return problem.replace("identical_dims names", "--identical-dims names")
+
+
 def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, Any]) -> int:
     import time
 
     import refset
+
+    from .errors import InvalidReferences
 
     t0 = time.perf_counter()
     ro = _json_arg(a.remote_options, "--remote-options") if a.remote_options is not None else None
@@ -521,6 +538,8 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
                                 coo_map=coo_map, coo_dtypes=coo_dtypes,
                                 storage_options=so, remote_options=ro, scan_options=_scan_options(a),
                                 client=client, progress=bar.update)
+    except InvalidReferences as e:
+        raise InvalidReferences([_cli_words(p) for p in e.problems]) from None
     finally:
         bar.close()
         if client is not None:
@@ -556,7 +575,7 @@ def cmd_scan(a: argparse.Namespace) -> int:
     so = _json_arg(a.storage_options, "--storage-options")
     dests = [_scan_output(src, a.output, many, a.format) for src in a.files]
     options = _writer_options(a, dests[0], check_suffix=not (many or a.output.endswith("/")))
-    _refuse_existing(a, dests)
+    _refuse_existing(a, dests, made=a.output if many or a.output.endswith("/") else None)
     if (many or a.output.endswith("/")) and "://" not in a.output:
         os.makedirs(a.output, exist_ok=True)
     arrays = refs = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -65,7 +66,7 @@ def combine(
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
         raise InvalidReferences("combine: concat_dims is empty")
-    items = list(inputs)
+    items = _expand_lists(list(inputs))
     if not items:
         raise InvalidReferences("combine: no inputs")
     so = dict(storage_options or {})
@@ -102,6 +103,61 @@ def combine(
     return postprocess(out) if postprocess is not None else out
 
 
+@dataclass(frozen=True)
+class ListItem:
+    """One set of a JSON list of sets (kerchunk writes them) given as an input: its document and its
+    name, ``list.json[0]``."""
+
+    doc: Mapping[str, Any]
+    name: str
+
+
+def _expand_lists(items: list[Any]) -> list[Any]:
+    """Each local JSON file holding a list of sets (plain, ``.gz`` or ``.zst``) becomes its items."""
+    out: list[Any] = []
+    for x in items:
+        doc = _json_list(os.fspath(x)) if isinstance(x, str | os.PathLike) else None
+        if doc is None:
+            out.append(x)
+            continue
+        for i, d in enumerate(doc):
+            if not isinstance(d, Mapping):
+                raise InvalidReferences(f"{os.fspath(x)}[{i}]: must be a JSON object (a reference set), "
+                                        f"got {type(d).__name__}")
+            out.append(ListItem(d, f"{os.fspath(x)}[{i}]"))
+    return out
+
+
+def _json_list(url: str) -> list[Any] | None:
+    """The list a local JSON file holds, when it holds one (its first bytes tell, read through its
+    compression), else None."""
+    from ..formats._io import decompress, is_local, local_path
+    from ..formats.registry import GZIP_MAGIC, ZSTD_MAGIC
+
+    if not is_local(url) or not os.path.isfile(local_path(url)):
+        return None
+    path = local_path(url)
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if head[:2] == GZIP_MAGIC:
+            import gzip
+
+            f.seek(0)
+            head = gzip.GzipFile(fileobj=f).read(64)
+        elif head[:4] == ZSTD_MAGIC:
+            import zstandard
+
+            f.seek(0)
+            head = zstandard.ZstdDecompressor().stream_reader(f).read(64)
+    if head.lstrip()[:1] != b"[":
+        return None
+    import json
+
+    with open(path, "rb") as f:
+        doc = json.loads(decompress(f.read(), path))
+    return doc if isinstance(doc, list) else None
+
+
 def _check_identical(names: Sequence[str], sets: Sequence[ReferenceSet]) -> None:
     """Every name in ``identical_dims`` is a variable of some input (a typo would check nothing)."""
     have = {p for rs in sets for p in rs.grids}
@@ -125,9 +181,11 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
     (with ``scan_options``), any other path loaded as a reference set."""
     from ..formats import load
 
-    if isinstance(x, ReferenceSet | Mapping):
-        rs = load(x)
-        return rs, rs.urls[0] if len(rs.urls) == 1 else f"input {index}"
+    if isinstance(x, ReferenceSet | Mapping | ListItem):
+        rs = load(x.doc if isinstance(x, ListItem) else x)
+        if len(rs.urls) == 1:
+            return rs, rs.urls[0]
+        return rs, x.name if isinstance(x, ListItem) else f"input {index}"
     if not isinstance(x, str | os.PathLike):
         raise InvalidReferences(f"combine: input {index} is a {type(x).__name__}, not a set, a dict or a path")
     url = os.fspath(x)

@@ -53,9 +53,13 @@ def coordinates(
         attrs: dict[str, Any] = {}
         if sel is None:
             if not any(f"{dim}/.zarray" in rs for rs in sets):
+                import difflib
+
+                close = difflib.get_close_matches(dim, sorted({p for rs in sets for p in rs.grids}), 1)
                 raise InvalidReferences(
-                    f"concat dim {dim!r}: no input has a variable {dim!r} to take its values from; "
-                    f"give coo_map={{{dim!r}: ...}} (e.g. 'INDEX', a regex on the file name, 'attr:NAME')")
+                    f"concat dim {dim!r}: no input has a variable {dim!r} to take its values from"
+                    + (f" (did you mean {close[0]!r}?)" if close else "") +
+                    f"; give coo_map={{{dim!r}: ...}} (e.g. 'INDEX', a regex on the file name, 'attr:NAME')")
             sel = f"data:{dim}"
         if isinstance(sel, str) and sel.split(":", 1)[0] in ("data", "cf"):
             kind, var = sel.split(":", 1)

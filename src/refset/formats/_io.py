@@ -249,6 +249,8 @@ def write_bytes(path: str, data: bytes, storage_options: dict[str, Any] | None =
         path = local_path(os.fspath(path))
         recover_local(path)
         d = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(d):  # said so here, not as the temporary file that could not be made
+            raise FileNotFoundError(f"output directory {d} does not exist")
         fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=d)
         try:
             with os.fdopen(fd, "wb") as f:

@@ -74,13 +74,33 @@ def refuse_non_refs(source: str, read_at: Callable[[int, int], bytes], size: int
     """Raise :class:`~refset.errors.InvalidReferences` naming what ``source`` is when it is a
     NetCDF/HDF5 data file or one parquet record file, and what to do instead; else return."""
     if data_format(read_at, size) is not None:
+        out = source.rstrip("/").rsplit("/", 1)[-1].rsplit(".", 1)[0] + ".json"
         raise InvalidReferences(f"{source}: is a NetCDF/HDF5 file, not a reference set: make one with "
-                                f"`refset scan {source}` (in Python: refset.scan)")
+                                f"`refset scan {source} -o {out}` (in Python: refset.scan)")
     if read_at(0, 4) == PARQUET_MAGIC:
         base = source.rstrip("/")
         parent = base.rsplit("/", 2)[0] if base.count("/") >= 2 else "the directory two levels up"
         raise InvalidReferences(f"{source}: is one record file of a parquet reference set, not a set: "
                                 f"load the set's directory (the one holding .zmetadata), {parent}")
+
+
+def _refuse_zmetadata(source: str, storage_options: Mapping[str, Any] | None) -> None:
+    """A ``.zmetadata`` file given for its set (parquet) or store (zarr): name the directory to give."""
+    import json
+
+    from ._io import read_bytes
+
+    directory = source.rstrip("/").rsplit("/", 1)[0] if "/" in source.rstrip("/") else "."
+    try:
+        doc = json.loads(read_bytes(source, dict(storage_options or {})))
+    except (OSError, ValueError):
+        return  # not readable as JSON: the readers say why
+    if isinstance(doc, dict) and "record_size" in doc:
+        raise InvalidReferences(f"{source}: is the .zmetadata of a parquet reference set, not a set: give "
+                                f"its directory, {directory}")
+    if isinstance(doc, dict) and "metadata" in doc:
+        raise InvalidReferences(f"{source}: is the .zmetadata of a zarr store, not a reference set: open "
+                                f"the store, {directory}, with zarr or xarray.open_zarr")
 
 
 def zarr_store_problem(source: str, has: Callable[[str], bool]) -> str | None:
@@ -323,6 +343,8 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
                      ) -> tuple[FormatSpec, bytes | None]:
     """:func:`detect`, and for a remote file its first ``HEAD_SIZE`` bytes (all of it when shorter),
     which the reader takes instead of asking for them again."""
+    if source.rstrip("/").rsplit("/", 1)[-1] == ".zmetadata":
+        _refuse_zmetadata(source, storage_options)
     local = _local(source, storage_options)
     if local is not None:
         if os.path.isdir(local):

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import Unsupported
-from ..formats.registry import data_format, file_reader
+from ..formats.registry import ZARR_STORE_FILES, data_format, file_reader, starts_like_refs
 from ..model import ReferenceSet
 from ._file import HEAD_BYTES, ScanFile, is_local
 
@@ -48,12 +48,34 @@ INLINE_THRESHOLD = 500
 # Options passed on to the format scanners (every scanner accepts all, so one call scans any file).
 _OPTIONS = frozenset({"max_inline"})
 
+def _refuse_directory(fs: Any, path: str, url: str) -> None:
+    raise Unsupported(f"{url}: {_what_directory(fs, path)}, not a NetCDF/HDF5 file: scan takes data files")
+
+
+def _what_directory(fs: Any, path: str) -> str:
+    """What a directory given to scan is: a parquet reference set, a zarr store, or just a directory."""
+    if fs.exists(f"{path}/.zmetadata"):
+        try:
+            if b"record_size" in fs.cat_file(f"{path}/.zmetadata", start=0, end=4096):
+                return "is a parquet reference set (`refset convert` rewrites it, `refset combine` joins sets)"
+        except OSError:
+            pass
+    found = [n for n in ZARR_STORE_FILES if fs.exists(f"{path}/{n}")]
+    if found:
+        return f"is a zarr store ({found[0]})"
+    return "is a directory (a glob such as DIR/*.nc scans its files)"
+
+
 def detect_format(f: Any, size: int) -> tuple[str, int]:
     """``("hdf5", superblock offset)`` or ``("netcdf3", 0)`` from the bytes of the open file ``f``."""
     read_at = file_reader(f)
     found = data_format(read_at, size)
     if found is None:
-        raise Unsupported(f"not a NetCDF3, NetCDF4 or HDF5 file (first bytes {read_at(0, 8)!r})")
+        head = read_at(0, 16)
+        if starts_like_refs(head) and head.strip():
+            raise Unsupported("is a reference set (JSON or packed), not a NetCDF/HDF5 file: scan takes data "
+                              "files; `refset convert` rewrites a set, `refset combine` joins sets")
+        raise Unsupported(f"not a NetCDF3, NetCDF4 or HDF5 file (first bytes {head[:8]!r})")
     return found
 
 
@@ -100,9 +122,20 @@ def scan(
                          f"format options are {', '.join(sorted(_OPTIONS))}")
     if subchunk is not None and subchunk <= 0:
         raise ValueError(f"subchunk: must be a positive number of bytes, got {subchunk}")
-    with ScanFile(fs, path, head_bytes) as sf:
+    if is_local(fs) and os.path.isdir(path):
+        _refuse_directory(fs, path, url)
+    try:
+        sf = ScanFile(fs, path, head_bytes)
+    except OSError:
+        if not is_local(fs) and fs.isdir(path):  # asked only when the file cannot be opened: a request
+            _refuse_directory(fs, path, url)
+        raise
+    with sf:
         f = sf.file
-        kind, _ = detect_format(f, sf.size)
+        try:
+            kind, _ = detect_format(f, sf.size)
+        except Unsupported as e:
+            raise Unsupported(f"{url}: {e}") from None
         f.seek(0)
         if kind == "hdf5":
             from .hdf5 import scan_hdf5
