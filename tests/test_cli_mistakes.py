@@ -54,12 +54,11 @@ OPTION_MISTAKES = [  # output, -o options, what the message says
 
 @pytest.mark.parametrize("out,options,says", OPTION_MISTAKES,
                          ids=[f"{o}-{'_'.join(opts)}" for o, opts, _ in OPTION_MISTAKES])
-@pytest.mark.parametrize("cmd", ["convert", "combine"])
-def test_writer_option_mistakes(tmp_path: Path, cmd: str, out: str, options: list[str], says: str):
+@pytest.mark.parametrize("cmd,flag", [("convert", "-o"), ("convert", "-O"), ("combine", "-O")])
+def test_writer_option_mistakes(tmp_path: Path, cmd: str, flag: str, out: str, options: list[str], says: str):
     before = _tree(tmp_path)
-    # convert takes writer options as -o NAME=VALUE; combine and scan, whose -o is the output, as -O
+    # every command takes writer options as -O NAME=VALUE; convert, whose output is its second argument, -o too
     args = [str(SAMPLE), out] if cmd == "convert" else [str(SAMPLE), "--concat-dim", "t", "-o", out]
-    flag = "-o" if cmd == "convert" else "-O"
     r = _run(cmd, *args, *[a for o in options for a in (flag, o)], cwd=tmp_path)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == f"refset {cmd}: error: {r.stderr.split(': error: ', 1)[1]}" and says in r.stderr
@@ -346,3 +345,17 @@ def test_output_in_a_missing_directory(days: list[Path], tmp_path: Path, cmd: st
     assert ".tmp" not in r.stderr and _tree(tmp_path) == {}
     with pytest.raises(FileNotFoundError, match=f"^output directory {tmp_path}/nonexistent/dir does not exist$"):
         refset.save(refset.load(SAMPLE), out)
+
+
+@pytest.mark.parametrize("args", [["-o", "out.json"], ["out.json", "-o", "other.json"], ["-O", "dir/out.parq"]])
+def test_convert_output_given_as_option(tmp_path: Path, args: list[str]):
+    r = _run("convert", str(SAMPLE), *args, cwd=tmp_path)
+    _one_line_no_traceback(r, 2, "refset convert: error: convert takes the output as its second argument (refset "
+                                 "convert IN OUT); writer options are -O NAME=VALUE")
+    assert _tree(tmp_path) == {}
+
+
+def test_convert_takes_capital_o_like_scan_and_combine(tmp_path: Path):
+    r = _run("convert", str(SAMPLE), "out.parq", "-O", "record_size=7", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == ""
+    assert refset.load(tmp_path / "out.parq").format_info()["record_size"] == 7

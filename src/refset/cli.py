@@ -230,6 +230,10 @@ def cmd_convert(a: argparse.Namespace) -> int:
     import refset
 
     t0 = time.perf_counter()
+    paths = [o for o in a.option or [] if "=" not in o and ("." in o or "/" in o)]
+    if a.output is None or paths:  # `convert IN -o OUT`, as scan and combine take it
+        raise UsageError("convert takes the output as its second argument (refset convert IN OUT); "
+                         "writer options are -O NAME=VALUE")
     so = _json_arg(a.storage_options, "--storage-options")
     renames = dict(_pair(r, "--rename") for r in a.rename or [])
     options = _writer_options(a, a.output)
@@ -718,11 +722,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Read IN (any format) and write OUT atomically. The format is "
                                    "inferred from OUT unless --format is given.")
     s.add_argument("input", metavar="IN")
-    s.add_argument("output", metavar="OUT")
+    s.add_argument("output", metavar="OUT", nargs="?")  # required: missing, said in cmd_convert's words
     s.add_argument("--format", choices=list(FORMATS),
                    help="; ".join(f"{f.name} = {f.description}" for f in FORMATS.values()))
-    s.add_argument("-o", "--option", action="append", metavar="NAME=VALUE",
-                   help="writer option, e.g. -o record_size=100000 (repeatable)")
+    s.add_argument("-O", "-o", "--option", action="append", metavar="NAME=VALUE",
+                   help="writer option, e.g. -O record_size=100000 (repeatable; -o as well)")
     s.add_argument("--rename", action="append", metavar="OLD=NEW",
                    help="URLs starting with OLD start with NEW instead (repeatable; after data moved)")
     _read_options(s, "IN")
