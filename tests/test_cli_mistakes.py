@@ -359,3 +359,29 @@ def test_convert_takes_capital_o_like_scan_and_combine(tmp_path: Path):
     r = _run("convert", str(SAMPLE), "out.parq", "-O", "record_size=7", "--quiet", cwd=tmp_path)
     assert r.returncode == 0 and r.stderr == ""
     assert refset.load(tmp_path / "out.parq").format_info()["record_size"] == 7
+
+
+@pytest.mark.parametrize("args,says", [
+    (["info", "--jsn", str(SAMPLE)], "refset info: error: unrecognized argument --jsn (did you mean --json?)"),
+    (["ls", str(SAMPLE), "--lng"], "refset ls: error: unrecognized argument --lng (did you mean --long?)"),
+    (["convert", str(SAMPLE), "o.json", "--overwirte"],
+     "refset convert: error: unrecognized argument --overwirte (did you mean --overwrite?)"),
+    (["info", str(SAMPLE), "extra"], "refset info: error: unrecognized argument extra"),
+])
+def test_option_typos_named_by_their_command(tmp_path: Path, args: list[str], says: str):
+    r = _run(*args, cwd=tmp_path)
+    usage = {"info": "usage: refset info REFS [options]", "ls": "usage: refset ls REFS [PREFIX] [options]",
+             "convert": "usage: refset convert IN OUT [options]"}[args[0]]
+    assert r.returncode == 2 and r.stderr == f"{usage}\n{says}\n" and _tree(tmp_path) == {}
+
+
+@pytest.mark.parametrize("args,usage,says", [
+    (["scan", "x.nc"], "usage: refset scan FILE... -o OUT [options]",
+     "refset scan: error: the following arguments are required: -o/--output"),
+    (["combine", "x.json", "-o", "o.json"], "usage: refset combine INPUT... -o OUT --concat-dim DIM [options]",
+     "refset combine: error: the following arguments are required: --concat-dim"),
+    ([], "usage: refset COMMAND [options]", "refset: error: the following arguments are required: COMMAND"),
+])
+def test_missing_arguments_with_a_one_line_usage(tmp_path: Path, args: list[str], usage: str, says: str):
+    r = _run(*args, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr == f"{usage}\n{says}\n"

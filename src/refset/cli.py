@@ -648,15 +648,60 @@ class _OutputOnce(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are two lines (a one-line usage, then the error) and whose
+    unknown options are reported by the subcommand that got them, with the closest known option."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.short_usage()}\n{self.prog}: error: {message}\n")
+
+    def short_usage(self) -> str:
+        """``usage: refset scan FILE... -o OUT [options]``: positionals and required options only."""
+        words = []
+        for act in self._actions:
+            if isinstance(act, argparse._SubParsersAction):
+                words.append(str(act.metavar or "COMMAND"))
+            elif not act.option_strings:
+                name = str(act.metavar or act.dest)
+                optional = act.nargs in ("?", "*") and not getattr(act, "shown_required", False)
+                words.append(f"{name}..." if act.nargs in ("+", "*") else name)
+                words[-1] = f"[{words[-1]}]" if optional else words[-1]
+            elif act.required:
+                words.append(f"{act.option_strings[0]} {act.metavar or act.dest.upper()}")
+        return " ".join(["usage:", self.prog, *words, "[options]"])
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        a, extras = self.parse_known_args(args, namespace)
+        if extras:
+            sub = getattr(self, "commands", {}).get(getattr(a, "command", None) or "", self)
+            sub.error(_unrecognized(sub, extras))
+        return a
+
+
+def _unrecognized(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    """``unrecognized argument --jsn (did you mean --json?)``, one clause per extra argument."""
+    import difflib
+
+    known = [o for act in parser._actions for o in act.option_strings if o.startswith("--")]
+    said = []
+    for x in extras:
+        close = difflib.get_close_matches(x.split("=", 1)[0], known, 1) if x.startswith("-") else []
+        said.append(x + (f" (did you mean {close[0]}?)" if close else ""))
+    return f"unrecognized argument{'s' * (len(said) > 1)} " + ", ".join(said)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="refset",
         description="Make, inspect, validate, convert and read kerchunk-style reference sets.",
     )
     from . import __version__
 
     p.add_argument("--version", action="version", version=f"refset {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
     from .formats.registry import FORMATS
     from .scan import INLINE_THRESHOLD
@@ -697,14 +742,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("info", help="summarise a reference set",
                        description="Keys by kind, arrays with shape/chunk grid/fraction present, "
                                    "unique URLs, referenced bytes, format and size on disk.")
-    s.add_argument("refs", help="reference set: JSON (.json/.gz/.zst), parquet directory or packed file")
+    s.add_argument("refs", metavar="REFS", help="reference set: JSON (.json/.gz/.zst), parquet directory or packed file")
     s.add_argument("--json", action="store_true", help="print machine-readable JSON")
     _read_options(s, "the reference set")
     s.set_defaults(func=cmd_info)
 
     s = sub.add_parser("validate", help="check a reference set and list every problem",
                        description="Print one line per problem (where and why); exit 1 if any.")
-    s.add_argument("refs", help="reference set file or directory")
+    s.add_argument("refs", metavar="REFS", help="reference set file or directory")
     s.add_argument("--max-gen", type=int, default=100_000_000,
                    help="refuse Version 1 'gen' producing more keys than this (default 100 million)")
     _read_options(s, "the reference set")
@@ -712,8 +757,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("ls", help="list keys", description="List the keys under PREFIX (all keys "
                        "when omitted), metadata keys first, then chunk keys in C order.")
-    s.add_argument("refs", help="reference set")
-    s.add_argument("prefix", nargs="?", default="", help="only keys equal to or under this path")
+    s.add_argument("refs", metavar="REFS", help="reference set")
+    s.add_argument("prefix", metavar="PREFIX", nargs="?", default="", help="only keys equal to or under this path")
     s.add_argument("-l", "--long", action="store_true", help="also print kind, url, offset, length")
     _read_options(s, "the reference set")
     s.set_defaults(func=cmd_ls)
@@ -722,7 +767,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Read IN (any format) and write OUT atomically. The format is "
                                    "inferred from OUT unless --format is given.")
     s.add_argument("input", metavar="IN")
-    s.add_argument("output", metavar="OUT", nargs="?")  # required: missing, said in cmd_convert's words
+    out = s.add_argument("output", metavar="OUT", nargs="?")  # required: missing, said in cmd_convert's words
+    out.shown_required = True  # type: ignore[attr-defined]
     s.add_argument("--format", choices=list(FORMATS),
                    help="; ".join(f"{f.name} = {f.description}" for f in FORMATS.values()))
     s.add_argument("-O", "-o", "--option", action="append", metavar="NAME=VALUE",
@@ -736,8 +782,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("cat", help="write the bytes of one key to stdout",
                        description="Inline data decoded; ranges relative to the referenced block.")
-    s.add_argument("refs", help="reference set")
-    s.add_argument("key", help="key, e.g. temp/0.0.0")
+    s.add_argument("refs", metavar="REFS", help="reference set")
+    s.add_argument("key", metavar="KEY", help="key, e.g. temp/0.0.0")
     s.add_argument("--start", type=int, default=None, help="first byte (default 0)")
     s.add_argument("--end", type=int, default=None, help="end byte, exclusive (default: the end)")
     _read_options(s, "the reference set", remote="the data files its references point into")
@@ -756,6 +802,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes of the local Dask cluster (default 2; 0: scan in this process)")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
     s.set_defaults(func=cmd_demo)
+    p.commands = dict(sub.choices)
     return p
 
 
