@@ -385,3 +385,28 @@ def test_option_typos_named_by_their_command(tmp_path: Path, args: list[str], sa
 def test_missing_arguments_with_a_one_line_usage(tmp_path: Path, args: list[str], usage: str, says: str):
     r = _run(*args, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr == f"{usage}\n{says}\n"
+
+
+@pytest.mark.parametrize("name,version,compression", [("o.v1.json", 1, None), ("o.v1.json.gz", 1, "gzip"),
+                                                      ("o.v1.json.zst", 1, "zstd"), ("o.json", 0, None),
+                                                      ("o.refs", None, None)])
+def test_output_suffixes(tmp_path: Path, name: str, version: int | None, compression: str | None):
+    """``.v1.json`` (the demo's name for its V1 file) writes Version 1, compressed by a further suffix;
+    ``.refs`` is packed. The command line and Python agree."""
+    r = _run("convert", str(SAMPLE), name, "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    refset.save(refset.load(SAMPLE), tmp_path / f"py-{name}")
+    for got in (refset.load(tmp_path / name), refset.load(tmp_path / f"py-{name}")):
+        fi = got.format_info()
+        assert (fi["format"], fi.get("version"), fi.get("compression")) == (
+            ("json", version, compression) if version is not None else ("packed", fi.get("version"), None))
+        assert got.to_dict() == refset.load(SAMPLE).to_dict()
+
+
+def test_python_save_refuses_an_unknown_suffix(tmp_path: Path):
+    with pytest.raises(refset.errors.InvalidOption, match=r"unknown suffix '\.xyz'; known suffixes: \.json, "
+                                                          r"\.v1\.json, \.parq"):
+        refset.save(refset.load(SAMPLE), tmp_path / "out.xyz")
+    assert _tree(tmp_path) == {}
+    refset.save(refset.load(SAMPLE), tmp_path / "out.xyz", format="json")
+    assert refset.load(tmp_path / "out.xyz").format_info()["format"] == "json"

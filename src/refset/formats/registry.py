@@ -250,7 +250,7 @@ FORMATS: dict[str, FormatSpec] = {
         FormatSpec("json", "Version 0 JSON (.gz/.zst compress)", _F + "_json_read:read_json",
                    _F + "_json_v0:write_json", (".json",), (b"{", GZIP_MAGIC, ZSTD_MAGIC)),
         FormatSpec("v1", "Version 1 JSON with templates (gen=True: and gen)", _F + "_json_read:read_json",
-                   _F + "_v1_writer:write_v1", (),
+                   _F + "_v1_writer:write_v1", (".v1.json",),
                    options=(Option("gen", bool, "add gen entries for regular runs of chunks"),)),
         FormatSpec("parquet", "fsspec's parquet layout (a directory)", _F + "_parquet:read_parquet",
                    _F + "_parquet_write:write_parquet", (".parq", ".parquet"), directory=True,
@@ -293,13 +293,13 @@ def for_dest(dest: str, *, strict: bool = False) -> FormatSpec:
     the known suffixes; a name without a suffix is still JSON.
     """
     name = _strip_compression(dest.rstrip("/"))
-    for spec in FORMATS.values():
-        if spec.suffixes and name.endswith(spec.suffixes):
-            return spec
+    matches = [(len(x), spec) for spec in FORMATS.values() for x in spec.suffixes if name.endswith(x)]
+    if matches:  # the longest suffix: out.v1.json is Version 1
+        return max(matches, key=lambda m: m[0])[1]
     suffix = os.path.splitext(os.path.basename(name))[1]
     if strict and suffix:
         known = ", ".join(s for spec in FORMATS.values() for s in spec.suffixes)
-        raise Unsupported(f"output {dest!r}: unknown suffix {suffix!r}; known suffixes: {known} "
+        raise InvalidOption(f"output {dest!r}: unknown suffix {suffix!r}; known suffixes: {known} "
                           f"(JSON may end in {' or '.join(COMPRESSION_SUFFIXES)} too)")
     return FORMATS["json"]
 
