@@ -60,6 +60,7 @@ def info_dict(path: str, storage_options: dict[str, Any] | None = None) -> dict[
         "inline": int(kinds[INLINE]),
         "range": int(kinds[RANGE]),
         "whole_file": int(kinds[WHOLE]),
+        "references": sum(a["chunks_present"] for a in arrays),
         "unique_urls": len(rs.urls),
         "referenced_bytes": rs.referenced_bytes(),
         "arrays": arrays,
@@ -90,7 +91,8 @@ def _format_name(stored: dict[str, Any]) -> str:
     return f"{name} ({', '.join(extra)})" if extra else name
 
 
-_HEADER_KEYS = {"source", "format", "size_on_disk", "keys", "inline", "range", "whole_file", "unique_urls",
+_HEADER_KEYS = {"source", "format", "size_on_disk", "keys", "inline", "range", "whole_file", "references",
+                "unique_urls",
                 "referenced_bytes", "arrays"}
 # figures the packed format keeps per array, shown as columns (the rest with --json)
 _PACKED_COLUMNS = (("bytes", "packed bytes"), ("bytes_per_ref", "bytes/ref"), ("gfactor", "gfactor"))
@@ -117,6 +119,7 @@ def _print_info(d: dict[str, Any]) -> None:
         head.append(("size on disk", f"{d['size_on_disk']:,} bytes ({per:.1f} bytes/key)"))
     head += [("keys", f"{d['keys']:,} (inline {d['inline']:,}, range {d['range']:,}, "
                       f"whole-file {d['whole_file']:,})"),
+             ("references", f"{d['references']:,} (chunk keys holding data)"),
              ("unique urls", f"{d['unique_urls']:,}"),
              ("referenced bytes", f"{d['referenced_bytes']:,}")]
     packed = d.get("packed_arrays") if isinstance(d.get("packed_arrays"), dict) else None
@@ -591,7 +594,7 @@ def cmd_scan(a: argparse.Namespace) -> int:
             n = sum(rs.table(p).count() for p in rs.grids)
             arrays, refs = arrays + len(rs.grids), refs + n
             if not a.quiet and many:
-                bar.write(f"wrote {dest} ({len(rs.grids)} arrays, {n:,} chunks) from {src}")
+                bar.write(f"wrote {dest} ({len(rs.grids)} arrays, {n:,} references) from {src}")
     if not a.quiet and many:
         size = sum(_size_on_disk(d) or 0 for d in dests)
         sys.stderr.write(f"scanned {len(a.files):,} inputs into {a.output}: {arrays} arrays, {refs:,} "
