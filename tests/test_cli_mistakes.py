@@ -287,7 +287,7 @@ def test_combine_takes_a_list_of_sets(days: list[Path], tmp_path: Path):
     sets = [refset.scan(f, inline_threshold=0).to_dict() for f in days[::-1]]
     (tmp_path / "list.json").write_text(json.dumps(sets))
     r = _run("combine", "list.json", "--concat-dim", "time", "-o", "out.json", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0 and "wrote out.json: 2 inputs, " in r.stderr, r.stderr
     want = refset.combine(days[::-1], concat_dims="time", scan_options={"inline_threshold": 0})
     assert refset.load(tmp_path / "out.json").to_dict() == want.to_dict()
     (tmp_path / "list.json.zst").write_bytes(__import__("zstandard").compress(json.dumps(sets).encode()))
@@ -410,3 +410,14 @@ def test_python_save_refuses_an_unknown_suffix(tmp_path: Path):
     assert _tree(tmp_path) == {}
     refset.save(refset.load(SAMPLE), tmp_path / "out.xyz", format="json")
     assert refset.load(tmp_path / "out.xyz").format_info()["format"] == "json"
+
+
+@pytest.mark.parametrize("name", ["out.json", "out.parq"])
+def test_storage_options_write_a_remote_output(tmp_path: Path, s3: dict, name: str):
+    """--storage-options reaches a remote OUT, as refset.save(..., storage_options=) does (a real S3 server)."""
+    r = _run("convert", str(SAMPLE), f"s3://refs/cli13/{name}", "--storage-options", json.dumps(s3), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    got, want = refset.load(f"s3://refs/cli13/{name}", storage_options=s3), refset.load(SAMPLE)
+    assert set(got) == set(want) and _tree(tmp_path) == {}
+    assert all(got[k] == want[k] if k.startswith("t/") and ".z" not in k else json.loads(got[k]) == json.loads(want[k])
+               for k in want)

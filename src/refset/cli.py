@@ -521,7 +521,7 @@ def _cli_words(problem: str) -> str:
     return problem.replace("identical_dims names", "--identical-dims names")
 
 
-def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, Any]) -> int:
+def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, Any]) -> int:
     import time
 
     import refset
@@ -561,7 +561,10 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[str], so: dict[str, An
 
 
 def cmd_combine(a: argparse.Namespace) -> int:
-    return _combine_and_save(a, _inputs(a.inputs), _json_arg(a.storage_options, "--storage-options"))
+    from .combine import expand_lists
+
+    # a list-of-sets file counted as its items (in the progress bar and the summary)
+    return _combine_and_save(a, expand_lists(_inputs(a.inputs)), _json_arg(a.storage_options, "--storage-options"))
 
 
 def cmd_scan(a: argparse.Namespace) -> int:

@@ -66,7 +66,7 @@ def combine(
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
         raise InvalidReferences("combine: concat_dims is empty")
-    items = _expand_lists(list(inputs))
+    items = expand_lists(list(inputs))
     if not items:
         raise InvalidReferences("combine: no inputs")
     so = dict(storage_options or {})
@@ -112,8 +112,9 @@ class ListItem:
     name: str
 
 
-def _expand_lists(items: list[Any]) -> list[Any]:
-    """Each local JSON file holding a list of sets (plain, ``.gz`` or ``.zst``) becomes its items."""
+def expand_lists(items: list[Any]) -> list[Any]:
+    """Each local JSON file holding a list of sets (plain, ``.gz`` or ``.zst``) becomes its items
+    (:class:`ListItem`); other inputs stay as they are."""
     out: list[Any] = []
     for x in items:
         doc = _json_list(os.fspath(x)) if isinstance(x, str | os.PathLike) else None
