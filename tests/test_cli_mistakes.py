@@ -421,3 +421,13 @@ def test_storage_options_write_a_remote_output(tmp_path: Path, s3: dict, name: s
     assert set(got) == set(want) and _tree(tmp_path) == {}
     assert all(got[k] == want[k] if k.startswith("t/") and ".z" not in k else json.loads(got[k]) == json.loads(want[k])
                for k in want)
+
+
+def test_s3_endpoint_unreachable(tmp_path: Path):
+    """botocore's EndpointConnectionError (nothing listens on the port) as one line naming the URL."""
+    pytest.importorskip("s3fs")
+    so = {"key": "k", "secret": "s", "config_kwargs": {"retries": {"max_attempts": 1}},
+          "client_kwargs": {"endpoint_url": "http://127.0.0.1:1", "region_name": "us-east-1"}}
+    r = _run("info", "s3://refs/r.json", "--storage-options", json.dumps(so), cwd=tmp_path)
+    _one_line_no_traceback(r, 1, "refset info: cannot read s3://refs/r.json: Could not connect to the endpoint URL")
+    assert r.stderr.endswith("(check the endpoint or network; fsspec options go in --storage-options)\n")
