@@ -331,6 +331,31 @@ def test_http_shifted_content_range_is_refused(served):
     assert fs.cat(["x/0", "x/2"]) == {"x/0": bytes([100, 101, 102, 103]), "x/2": bytes(range(244, 252))}
 
 
+@pytest.mark.parametrize(("fault", "why"), [
+    ("short", r"'x/0'.*ShortRead: .*asked for bytes 100-104 \(4\), got 3 bytes"),
+    ("truncate", r"'x/0'"),
+    ("500", r"'x/0'.*500"),
+])
+def test_http_faults_end_in_reference_not_reachable(served, fault, why):
+    from refset.errors import ReferenceNotReachable
+
+    served.fault = fault
+    fs = refset.ReferenceFileSystem(_http_refs(served))
+    with pytest.raises(ReferenceNotReachable, match=why):
+        fs.cat("x/0")
+    # batched, the two ranges are fetched as one block: a key inside what came back is served whole
+    out = fs.cat(["x/0", "x/2"], on_error="return")
+    assert isinstance(out["x/2"], ReferenceNotReachable), out
+    assert out["x/0"] == bytes([100, 101, 102, 103]) or isinstance(out["x/0"], ReferenceNotReachable), out
+
+
+def test_http_range_ignored_gives_the_right_bytes(served):
+    served.fault = "ignore"  # 200 and the whole file: the range is cut from it
+    fs = refset.ReferenceFileSystem(_http_refs(served))
+    assert fs.cat("x/0") == bytes([100, 101, 102, 103])
+    assert fs.cat(["x/0", "x/2"]) == {"x/0": bytes([100, 101, 102, 103]), "x/2": bytes(range(244, 252))}
+
+
 def test_http_silent_server_times_out_with_retries(served):
     import time
 
@@ -431,3 +456,39 @@ def test_template_limits_are_configurable():
     finally:
         refset.set_template_limits(seconds=old.seconds, memory=old.memory)
     assert refset.load(doc)["k"][0] == "a" * 1000
+
+
+# -- template sandbox --------------------------------------------------------------------------------
+
+ESCAPES = [
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ ().__class__.__bases__[0].__subclasses__() }}",
+    "{{ [].__class__.__base__.__subclasses__() }}",
+    "{{ ''['__cla' ~ 'ss__'] }}",
+    "{{ ''|attr('__class__') }}",
+    "{{ lipsum.__globals__['os'].popen('touch PWNED').read() }}",
+    "{{ (lipsum|attr('__glo' ~ 'bals__'))['os'] }}",
+    "{{ cycler.__init__.__globals__.os }}",
+    "{{ joiner.__init__.__globals__ }}",
+    "{{ namespace.__init__.__globals__ }}",
+    "{{ range.__self__ }}",
+    "{{ range.__init__.__globals__ }}",
+    "{{ self.__init__.__globals__ }}",
+    "{{ config.items() }}",
+    "{{ request.application.__globals__ }}",
+    "{% for c in [].__class__.__base__.__subclasses__() %}{{ c }}{% endfor %}",
+    "{{ dict.mro() }}",
+    "{{ lipsum.__code__ }}",
+]
+
+
+@pytest.mark.parametrize("where", ["url", "gen"])
+@pytest.mark.parametrize("payload", ESCAPES)
+def test_template_sandbox_escapes_are_refused(payload, where, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    doc = ({"version": 1, "refs": {"k": [payload, 0, 1]}} if where == "url" else
+           {"version": 1, "gen": [{"key": "k{{i}}", "url": payload, "dimensions": {"i": {"stop": 2}}}]})
+    with pytest.raises(InvalidReferences, match=r"template error: access to attribute .* is unsafe|"
+                                                r"unknown template name"):
+        refset.load(doc)
+    assert not (tmp_path / "PWNED").exists()
