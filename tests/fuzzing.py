@@ -46,7 +46,8 @@ def no_hang(seconds: float = HANG_SECONDS) -> Iterator[None]:
 
 
 def read_all(rs: refset.ReferenceSet) -> None:
-    """Everything a reader of ``rs`` may ask: keys, each reference, tables, sizes, JSON V0 and V1."""
+    """Everything a reader of ``rs`` may ask: keys, each reference, tables, sizes, JSON V0 and V1,
+    listings and inline values through :class:`refset.ReferenceFileSystem`."""
     from refset.formats._json_v0 import dumps_v0
     from refset.formats._v1_writer import dumps_v1
 
@@ -64,6 +65,15 @@ def read_all(rs: refset.ReferenceSet) -> None:
     rs.format_info()
     dumps_v0(rs)
     dumps_v1(rs, gen=True)
+    fs = refset.ReferenceFileSystem(fo=rs)
+    fs.find("", withdirs=True)
+    for p in list(rs.grids)[:3]:
+        fs.ls(p, detail=True)
+    # inline values only (the fuzzed URLs are not fetched), of keys that are paths (fsspec strips a
+    # trailing "/" and collapses "//", as for any filesystem)
+    inline = [k for k in keys[:50] if isinstance(rs[k], bytes) and k and k == k.strip("/") and "//" not in k]
+    if inline:
+        assert fs.cat(inline) == {k: rs[k] for k in inline}
 
 
 def exercise(source: Any, **options: Any) -> str:
