@@ -70,10 +70,10 @@ def read_all(rs: refset.ReferenceSet) -> None:
     for p in list(rs.grids)[:3]:
         fs.ls(p, detail=True)
     # inline values only (the fuzzed URLs are not fetched), of keys that are paths (fsspec strips a
-    # trailing "/" and collapses "//", as for any filesystem)
-    inline = [k for k in keys[:50] if isinstance(rs[k], bytes) and k and k == k.strip("/") and "//" not in k]
-    if inline:
-        assert fs.cat(inline) == {k: rs[k] for k in inline}
+    # trailing "/" and collapses "//", as for any filesystem); cat_file, as cat would expand [ and *
+    for k in keys[:50]:
+        if isinstance(rs[k], bytes) and k and k == k.strip("/") and "//" not in k:
+            assert fs.cat_file(k) == rs[k]
 
 
 def exercise(source: Any, **options: Any) -> str:
@@ -86,6 +86,19 @@ def exercise(source: Any, **options: Any) -> str:
         except RefsetError:
             return "error"
     return "ok"
+
+
+def exercise_json(text: bytes, **options: Any) -> str:
+    """:func:`exercise` of JSON ``text``, and ``refset validate``'s check of it
+    (:func:`~refset.formats._json_read.document_problems`): both must agree on whether it is valid."""
+    from refset.formats._json_read import document_problems
+
+    outcome = exercise(text, **options)
+    with no_hang():
+        problems = document_problems(text)
+    assert isinstance(problems, list) and all(isinstance(p, str) and p for p in problems), problems
+    assert (outcome == "ok") == (not problems), (outcome, problems[:3])
+    return outcome
 
 
 # -- valid inputs --------------------------------------------------------------------------------------

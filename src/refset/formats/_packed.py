@@ -405,9 +405,15 @@ class PackedSource:
         step = e["segment_chunks"]
         st = e["stats"]
         blob = b""
-        if segs:
-            first = segs[0][0]
-            blob = self._src.read(self._base + first, self._base + segs[-1][0] + segs[-1][1])
+        if segs:  # one read for every segment (written in order, adjacent; each checked below)
+            first = min(o for o, _, _ in segs)
+            end = max(o + size for o, size, _ in segs)
+            if self._base + end > self._src.file_size:
+                raise InvalidReferences(
+                    f"{self._src.name}: packed block array {path!r}: segments end at offset "
+                    f"{self._base + end}, past the end of the file ({self._src.file_size} bytes, from the header)"
+                )
+            blob = self._src.read(self._base + first, self._base + end)
 
         def decoded(i: int) -> Segment:
             o, size, _ = segs[i]
