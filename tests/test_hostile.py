@@ -255,6 +255,31 @@ def test_control_character_after_a_long_run_is_refused(tmp_path):
         refset.load(str(p))
 
 
+@pytest.mark.parametrize(("old", "new"), [
+    ('"x/7": [', '"x/7"; ['),  # a list member's ':' (found by fuzzing: lazy read it as valid)
+    ('"x/7": ["/d.bin", 7, 4], ', '"x/7": ["/d.bin", 7, 4] '),  # a missing ','
+    ('".zgroup": "{\\"zarr_format\\":2}", ', '".zgroup": "{\\"zarr_format\\":2}" '),  # after a string
+    ("}", "}]"),  # after the document
+])
+@pytest.mark.parametrize("grid", [True, False])
+def test_lazy_read_checks_the_grammar_of_what_it_serves(tmp_path, old, new, grid):
+    doc = _big_doc()
+    if not grid:  # no chunk grid: every member is served from the keys outside the grids
+        doc["x..zarray"] = doc.pop("x/.zarray")
+    text = json.dumps(doc)
+    if old == "}":
+        text += "]"
+    else:
+        assert old in text
+        text = text.replace(old, new, 1)
+    p = tmp_path / "bad.json"
+    p.write_text(text)
+    for lazy in (False, True):
+        with pytest.raises(InvalidReferences, match="invalid JSON"):
+            refset.load(str(p), lazy=lazy).to_dict()
+    assert main(["validate", str(p)]) == 1
+
+
 def test_corrupt_gzip_inside_the_stream(tmp_path):
     import gzip
 
