@@ -13,6 +13,7 @@ tests/hostile/ and replayed by tests/test_hostile_corpus.py.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import json
 import os
@@ -193,7 +194,8 @@ def test_random_documents(doc, v1):
 
 
 # -- byte mutations of saved files ---------------------------------------------------------------------
-_VALID = Path(tempfile.mkdtemp(prefix="refset-fuzz-"))
+_VALID = Path(tempfile.mkdtemp(prefix="refset-fuzz-"))  # valid files, made once per process
+atexit.register(shutil.rmtree, _VALID, True)
 
 
 def _valid(name: str) -> Path:
