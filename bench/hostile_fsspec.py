@@ -11,7 +11,9 @@ Probes:
   parquet), every key compared with the set written;
 - reads of 4-byte references from tests/httpserver.py in each fault mode (``shift``, ``short``,
   ``ignore``, ``truncate``, ``500``) through each library's ``ReferenceFileSystem.cat_file``;
-- references to a local file with ``offset + length`` in [2**63, 2**64 + 2**20).
+- references to a local file with ``offset + length`` in [2**63, 2**64 + 2**20);
+- with ``--corpus``: each file of tests/hostile (not packed: fsspec has no reader) opened by both,
+  fsspec in a subprocess with a memory cap and a timeout (template bombs).
 
 The silent-server fault (``stall``) is left out: refset gives up after ~91 s by default
 (tests/test_hostile.py), fsspec's aiohttp after 300 s per attempt.
@@ -30,7 +32,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fuzzing
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # httpserver
 
 import fsspec
 
@@ -38,6 +41,7 @@ import refset
 from httpserver import RangeServer
 from refset.errors import RefsetError
 
+ROOT = Path(__file__).resolve().parents[1]
 META = (".zarray", ".zattrs", ".zgroup")
 
 
@@ -172,10 +176,69 @@ def huge_offsets(n: int, tmp: Path) -> dict[str, dict[str, collections.Counter]]
     return {"offset + length in [2**63, 2**64 + 2**20)": counts}
 
 
+_FSSPEC_CORPUS = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+import fsspec
+path = sys.argv[1]
+options = {"simple_templates": False} if sys.argv[2:] == ["jinja"] else {}
+if path.endswith(".gz"):
+    options["target_options"] = {"compression": "gzip"}
+elif path.endswith(".zst"):
+    options["target_options"] = {"compression": "zstd"}
+try:
+    fs = fsspec.filesystem("reference", fo=path, skip_instance_cache=True, **options)
+    refs = fs.references
+    n = 0
+    for k in list(refs):
+        refs[k]
+        n += 1
+    print("accepted", n)
+except MemoryError:
+    print("memory")
+except Exception as e:
+    print("error", type(e).__name__)
+"""
+
+
+def corpus(timeout: float = 20.0) -> dict[str, tuple[str, ...]]:
+    """Each file of tests/hostile that fsspec can open (JSON, parquet; not packed) read by each library:
+    fsspec in a subprocess under a 2 GiB address space and ``timeout`` seconds, with its defaults and,
+    for Version 1 files, with ``simple_templates=False`` (jinja2, needed for ``gen``). fsspec's
+    outcome: ``accepted N`` (N keys listed and read, no error), ``error TYPE``, or no end."""
+    import subprocess
+    import time
+
+    from tests.fuzzing import exercise
+
+    root = ROOT / "tests" / "hostile"
+    out = {}
+    for p in sorted(root.iterdir()):
+        if p.name == "README.md" or p.suffix == ".packed":
+            continue
+        try:
+            mine = exercise(str(p))
+        except Exception as e:
+            mine = f"crash {type(e).__name__}"
+        theirs = []
+        for how in ["default", "jinja"] if p.name.startswith("v1-") else ["default"]:
+            t0 = time.monotonic()
+            try:
+                r = subprocess.run([sys.executable, "-c", _FSSPEC_CORPUS, str(p), how], capture_output=True,
+                                   text=True, timeout=timeout)
+                got = r.stdout.strip() or f"killed ({r.stderr.strip().splitlines()[-1:]})"
+            except subprocess.TimeoutExpired:
+                got = f"no end within {timeout:.0f} s"
+            theirs.append(f"{got} ({time.monotonic() - t0:.1f} s)")
+        out[p.name] = (mine, *theirs, *[""] * (2 - len(theirs)))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--flips", type=int, default=200)
     ap.add_argument("--reads", type=int, default=20)
+    ap.add_argument("--corpus", action="store_true", help="also tests/hostile, file by file")
     a = ap.parse_args()
     results: dict[str, dict[str, collections.Counter]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,6 +257,10 @@ def main() -> None:
             crash = f" / **crash {c['crash']}**" if c["crash"] else ""
             cells.append(f"{c['right']} / {c['error']} / {c['wrong']}{crash}")
         print(f"| {label} | {n} | {cells[0]} | {cells[1]} |")
+    if a.corpus:
+        print("\n| tests/hostile file | refset | fsspec | fsspec, simple_templates=False |\n|---|---|---|---|")
+        for name, (mine, theirs, jinja) in corpus().items():
+            print(f"| `{name}` | {mine} | {theirs} | {jinja} |")
 
 
 if __name__ == "__main__":
