@@ -1,5 +1,5 @@
 """A small HTTP file server for tests and benchmarks: 127.0.0.1, Range requests, optional delay per
-request, request counting, fault modes (``fault="stall"`` or ``"shift"``).
+request, request counting, fault modes (``fault=``, one of :data:`FAULTS`).
 
 In a test::
 
@@ -27,7 +27,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["RangeServer"]
+__all__ = ["RangeServer", "FAULTS"]
+
+FAULTS = (None, "stall", "shift", "short", "ignore", "truncate", "500", "gzip-encoding")
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
@@ -91,8 +93,22 @@ class _Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 return
             status = 206
-        if status == 206 and self.server.fault == "shift" and end < size:
+        fault = self.server.fault
+        if fault == "500":
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if fault == "ignore":  # Range ignored: 200 with the whole file
+            start, end, status = 0, size, 200
+        if status == 206 and fault == "shift" and end < size:
             start, end = start + 1, end + 1  # the right length, the wrong bytes, and says so
+        if status == 206 and fault == "short" and end - start > 1:
+            end -= 1  # one byte fewer than asked, and says so
+        sent = end - start
+        if fault == "truncate":  # the headers promise every byte, the body stops halfway
+            sent = (end - start) // 2
+            self.close_connection = True
         self.send_response(status)
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(end - start))
@@ -101,11 +117,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.fault == "gzip-encoding":  # the stored bytes said to be gzip-encoded
             self.send_header("Content-Encoding", "gzip")
         self.end_headers()
-        if body and end > start:
+        if body and sent > 0:
             with open(path, "rb") as f:
                 f.seek(start)
-                self.wfile.write(f.read(end - start))
-            self.server.bump(0, end - start)
+                self.wfile.write(f.read(sent))
+            self.server.bump(0, sent)
 
     def do_GET(self) -> None:
         self._reply(True)
@@ -122,7 +138,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), _Handler)
         self.root = os.path.realpath(root)
         self.delay = delay
-        self.fault: str | None = None  # see RangeServer.fault
+        self.fault: str | None = None  # one of FAULTS
         self.stopping = threading.Event()
         self.count = 0
         self.nbytes = 0
@@ -170,13 +186,16 @@ class RangeServer:
     @property
     def fault(self) -> str | None:
         """A fault mode: None, ``"stall"`` (read each request, never answer), ``"shift"`` (range
-        answers start one byte late, with a Content-Range saying so and the right length) or
-        ``"gzip-encoding"`` (every answer says ``Content-Encoding: gzip``)."""
+        answers start one byte late, with a Content-Range saying so and the right length), ``"short"``
+        (range answers one byte short, and say so), ``"ignore"`` (Range ignored: 200 and the whole
+        file), ``"truncate"`` (the body stops halfway through its Content-Length, the connection
+        closes), ``"500"`` (every answer an HTTP 500) or ``"gzip-encoding"`` (every answer says
+        ``Content-Encoding: gzip``)."""
         return self._srv.fault
 
     @fault.setter
     def fault(self, value: str | None) -> None:
-        if value not in (None, "stall", "shift", "gzip-encoding"):
+        if value not in FAULTS:
             raise ValueError(f"unknown fault {value!r}")
         self._srv.fault = value
 

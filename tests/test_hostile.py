@@ -255,6 +255,31 @@ def test_control_character_after_a_long_run_is_refused(tmp_path):
         refset.load(str(p))
 
 
+@pytest.mark.parametrize(("old", "new"), [
+    ('"x/7": [', '"x/7"; ['),  # a list member's ':' (found by fuzzing: lazy read it as valid)
+    ('"x/7": ["/d.bin", 7, 4], ', '"x/7": ["/d.bin", 7, 4] '),  # a missing ','
+    ('".zgroup": "{\\"zarr_format\\":2}", ', '".zgroup": "{\\"zarr_format\\":2}" '),  # after a string
+    ("}", "}]"),  # after the document
+])
+@pytest.mark.parametrize("grid", [True, False])
+def test_lazy_read_checks_the_grammar_of_what_it_serves(tmp_path, old, new, grid):
+    doc = _big_doc()
+    if not grid:  # no chunk grid: every member is served from the keys outside the grids
+        doc["x..zarray"] = doc.pop("x/.zarray")
+    text = json.dumps(doc)
+    if old == "}":
+        text += "]"
+    else:
+        assert old in text
+        text = text.replace(old, new, 1)
+    p = tmp_path / "bad.json"
+    p.write_text(text)
+    for lazy in (False, True):
+        with pytest.raises(InvalidReferences, match="invalid JSON"):
+            refset.load(str(p), lazy=lazy).to_dict()
+    assert main(["validate", str(p)]) == 1
+
+
 def test_corrupt_gzip_inside_the_stream(tmp_path):
     import gzip
 
@@ -328,6 +353,31 @@ def test_http_shifted_content_range_is_refused(served):
     out = fs.cat(["x/0", "x/2"], on_error="return")  # the batched path plans and checks blocks too
     assert all(isinstance(v, ReferenceNotReachable) for v in out.values())
     served.fault = None
+    assert fs.cat(["x/0", "x/2"]) == {"x/0": bytes([100, 101, 102, 103]), "x/2": bytes(range(244, 252))}
+
+
+@pytest.mark.parametrize(("fault", "why"), [
+    ("short", r"'x/0'.*ShortRead: .*asked for bytes 100-104 \(4\), got 3 bytes"),
+    ("truncate", r"'x/0'"),
+    ("500", r"'x/0'.*500"),
+])
+def test_http_faults_end_in_reference_not_reachable(served, fault, why):
+    from refset.errors import ReferenceNotReachable
+
+    served.fault = fault
+    fs = refset.ReferenceFileSystem(_http_refs(served))
+    with pytest.raises(ReferenceNotReachable, match=why):
+        fs.cat("x/0")
+    # batched, the two ranges are fetched as one block: a key inside what came back is served whole
+    out = fs.cat(["x/0", "x/2"], on_error="return")
+    assert isinstance(out["x/2"], ReferenceNotReachable), out
+    assert out["x/0"] == bytes([100, 101, 102, 103]) or isinstance(out["x/0"], ReferenceNotReachable), out
+
+
+def test_http_range_ignored_gives_the_right_bytes(served):
+    served.fault = "ignore"  # 200 and the whole file: the range is cut from it
+    fs = refset.ReferenceFileSystem(_http_refs(served))
+    assert fs.cat("x/0") == bytes([100, 101, 102, 103])
     assert fs.cat(["x/0", "x/2"]) == {"x/0": bytes([100, 101, 102, 103]), "x/2": bytes(range(244, 252))}
 
 
@@ -431,3 +481,39 @@ def test_template_limits_are_configurable():
     finally:
         refset.set_template_limits(seconds=old.seconds, memory=old.memory)
     assert refset.load(doc)["k"][0] == "a" * 1000
+
+
+# -- template sandbox --------------------------------------------------------------------------------
+
+ESCAPES = [
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ ().__class__.__bases__[0].__subclasses__() }}",
+    "{{ [].__class__.__base__.__subclasses__() }}",
+    "{{ ''['__cla' ~ 'ss__'] }}",
+    "{{ ''|attr('__class__') }}",
+    "{{ lipsum.__globals__['os'].popen('touch PWNED').read() }}",
+    "{{ (lipsum|attr('__glo' ~ 'bals__'))['os'] }}",
+    "{{ cycler.__init__.__globals__.os }}",
+    "{{ joiner.__init__.__globals__ }}",
+    "{{ namespace.__init__.__globals__ }}",
+    "{{ range.__self__ }}",
+    "{{ range.__init__.__globals__ }}",
+    "{{ self.__init__.__globals__ }}",
+    "{{ config.items() }}",
+    "{{ request.application.__globals__ }}",
+    "{% for c in [].__class__.__base__.__subclasses__() %}{{ c }}{% endfor %}",
+    "{{ dict.mro() }}",
+    "{{ lipsum.__code__ }}",
+]
+
+
+@pytest.mark.parametrize("where", ["url", "gen"])
+@pytest.mark.parametrize("payload", ESCAPES)
+def test_template_sandbox_escapes_are_refused(payload, where, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    doc = ({"version": 1, "refs": {"k": [payload, 0, 1]}} if where == "url" else
+           {"version": 1, "gen": [{"key": "k{{i}}", "url": payload, "dimensions": {"i": {"stop": 2}}}]})
+    with pytest.raises(InvalidReferences, match=r"template error: access to attribute .* is unsafe|"
+                                                r"unknown template name"):
+        refset.load(doc)
+    assert not (tmp_path / "PWNED").exists()

@@ -20,6 +20,7 @@ __all__ = [
     "KeyRouter",
     "grid_from_metadata",
     "grid_from_document",
+    "checked_grid",
     "split_metadata_key",
     "array_key",
     "chunk_keys",
@@ -204,7 +205,7 @@ def split_metadata_key(key: str) -> tuple[str, str] | None:
 
 
 def _int_tuple(value: object) -> tuple[int, ...] | None:
-    if not isinstance(value, list) or not all(
+    if not isinstance(value, list | tuple) or not all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
     ):
         return None
@@ -238,11 +239,8 @@ def grid_from_document(name: str, meta: object) -> ChunkGrid | None:
     if not isinstance(meta, dict):
         return None
     if name == ".zarray":
-        shape, chunks = _int_tuple(meta.get("shape")), _int_tuple(meta.get("chunks"))
         sep = meta.get("dimension_separator") or "."
-        if shape is None or chunks is None or len(shape) != len(chunks) or sep not in (".", "/"):
-            return None
-        grid = ChunkGrid(shape, chunks, sep, "", 2)
+        return checked_grid(meta.get("shape"), meta.get("chunks"), sep, "", 2)
     else:
         if meta.get("node_type") != "array" or meta.get("zarr_format") != 3:
             return None
@@ -268,12 +266,21 @@ def grid_from_document(name: str, meta: object) -> ChunkGrid | None:
             prefix = ""
         else:
             return None
-        if sep not in ("/", "."):
-            return None
-        grid = ChunkGrid(shape, chunks, sep, prefix, 3)
-    if any(c == 0 for c in grid.chunks) or grid.nchunks >= 1 << 63:
-        return None  # flat chunk indices must fit in int64
-    return grid
+        return checked_grid(shape, chunks, sep, prefix, 3)
+
+
+def checked_grid(shape: object, chunks: object, separator: object, prefix: object,
+                 zarr_format: object) -> ChunkGrid | None:
+    """The :class:`ChunkGrid` of these fields when they make one refset indexes, else None: lists of
+    non-negative integers of one rank, no chunk 0, fewer than 2**63 chunks (flat indices fit in int64),
+    separator ``.`` or ``/``, prefix ``""`` or ``c``, zarr format 2 or 3."""
+    shape_t, chunks_t = _int_tuple(shape), _int_tuple(chunks)
+    if (shape_t is None or chunks_t is None or len(shape_t) != len(chunks_t) or 0 in chunks_t
+            or separator not in (".", "/") or prefix not in ("", "c")
+            or zarr_format not in (2, 3) or type(zarr_format) is not int):
+        return None
+    grid = ChunkGrid(shape_t, chunks_t, str(separator), str(prefix), zarr_format)
+    return grid if grid.nchunks < 1 << 63 else None
 
 
 MAX_COMPONENT = 255  # bytes: NAME_MAX of common filesystems

@@ -239,6 +239,13 @@ class Plan:
             one_by_one = np.ones(m1 - m0, bool)
             one_by_one[rows] = False
             one_by_one[is_str[m0:m1]] = False
+            # the grammar of the members that make up ``other`` (strings, lists outside the grids) is
+            # checked now: a lazy set may answer from ``other`` without ever reading the chunk members
+            served = np.flatnonzero(one_by_one | is_str[m0:m1]) + m0
+            if served.size:
+                term = _shape(doc, served)[-1]
+                if served[-1] == doc.members - 1:
+                    check_end(doc.a, int(term[-1]) + 1, self.closers)
             for i in np.flatnonzero(one_by_one).tolist():
                 key = doc.text(int(ks[i]), int(ke[i]))
                 if key in self.string_keys:

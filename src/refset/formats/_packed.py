@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidReferences, Unsupported
-from ..keys import ChunkGrid
+from ..keys import ChunkGrid, checked_grid
 from ..model import ReferenceSet
 from ..tables import ABSENT, INLINE, RANGE, ChunkTable, KeyTable, Ref, min_uint, resolve, sparse_grid
 from ._io import decompress, reading_options, write_bytes
@@ -165,6 +165,7 @@ class _Source:
         self.fs: Any = None
         self.path = source
         self.head = b""  # the first bytes of the file, once read: later reads inside it are free
+        self.file_size = 1 << 63  # the header's, once read: no block lies past it
         if source.startswith("file://") and not storage_options:
             self.path = source[len("file://") :]
         elif "://" in source or storage_options:
@@ -189,6 +190,11 @@ class _Source:
 def _block(src: _Source, name: str, entry: list[int], base: int, data: bytes | None = None) -> bytes:
     """The bytes of one block, checked against its size and CRC-32 from the index."""
     off, size, crc = entry
+    if base + off + size > src.file_size:
+        raise InvalidReferences(
+            f"{src.name}: packed block {name}: {size} bytes at offset {base + off} lie past the end of "
+            f"the file ({src.file_size} bytes, from the header)"
+        )
     if data is None:
         data = src.read(base + off, base + off + size)
     if len(data) != size:
@@ -207,10 +213,9 @@ def _check_index(src: _Source, index: Any) -> None:
         return isinstance(e, list) and len(e) == 3 and all(type(v) is int and v >= 0 for v in e)
 
     def array(a: Any) -> bool:
-        g = ChunkGrid(tuple(a["shape"]), tuple(a["chunks"]), a["separator"], a["prefix"],
-                      a["zarr_format"])
+        g = checked_grid(a["shape"], a["chunks"], a["separator"], a["prefix"], a["zarr_format"])
         step = a["segment_chunks"]
-        return (type(step) is int and step >= 1 and len(a["segments"]) == -(-g.nchunks // step)
+        return (g is not None and type(step) is int and step >= 1 and len(a["segments"]) == -(-g.nchunks // step)
                 and all(entry(s) for s in a["segments"]) and type(a["present"]) is int
                 and 0 <= a["present"] <= g.nchunks
                 and isinstance(a["path"], str) and isinstance(a["stats"], dict))
@@ -253,6 +258,12 @@ def read_packed(
             f"{src.name}: packed block header: file is {actual} bytes, header says {file_size} "
             f"({'truncated' if actual < file_size else 'trailing data'})"
         )
+    if head_size > file_size or HEADER_SIZE + index_size > head_size:
+        raise InvalidReferences(
+            f"{src.name}: packed block header: head of {head_size} bytes and index of {index_size} bytes "
+            f"do not fit a file of {file_size} bytes"
+        )
+    src.file_size = file_size
     if len(head) < head_size:
         head += src.read(len(head), head_size)
     src.head = head
@@ -334,8 +345,9 @@ class PackedSource:
         self.grids: dict[str, ChunkGrid] = {}
         self._entries: dict[str, dict[str, Any]] = {}
         for a in index["arrays"]:
-            self.grids[a["path"]] = ChunkGrid(tuple(a["shape"]), tuple(a["chunks"]), a["separator"],
-                                              a["prefix"], a["zarr_format"])
+            grid = checked_grid(a["shape"], a["chunks"], a["separator"], a["prefix"], a["zarr_format"])
+            assert grid is not None  # _check_index
+            self.grids[a["path"]] = grid
             self._entries[a["path"]] = a
         self._src = src
         self._base = data_start
@@ -393,9 +405,15 @@ class PackedSource:
         step = e["segment_chunks"]
         st = e["stats"]
         blob = b""
-        if segs:
-            first = segs[0][0]
-            blob = self._src.read(self._base + first, self._base + segs[-1][0] + segs[-1][1])
+        if segs:  # one read for every segment (written in order, adjacent; each checked below)
+            first = min(o for o, _, _ in segs)
+            end = max(o + size for o, size, _ in segs)
+            if self._base + end > self._src.file_size:
+                raise InvalidReferences(
+                    f"{self._src.name}: packed block array {path!r}: segments end at offset "
+                    f"{self._base + end}, past the end of the file ({self._src.file_size} bytes, from the header)"
+                )
+            blob = self._src.read(self._base + first, self._base + end)
 
         def decoded(i: int) -> Segment:
             o, size, _ = segs[i]

@@ -231,6 +231,8 @@ def decode_record(data: bytes, where: str) -> _Record:
     if raw is not None and raw.null_count < n:
         if pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type):
             raw = raw.cast(pa.binary())
+        elif not (pa.types.is_binary(raw.type) or pa.types.is_large_binary(raw.type)):
+            raise InvalidReferences(f"{where}: column 'raw' must be bytes or strings, got {raw.type}")
         has_raw = _valid(raw)
         rows = np.flatnonzero(has_raw)
         inline = dict(zip(rows.tolist(), raw.take(pa.array(rows)).to_pylist(), strict=True))
