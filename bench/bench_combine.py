@@ -12,7 +12,7 @@ Parts (``--parts``, all by default):
   identical_dims=["lat", "lon"], coo_map={"time": "cf:time"}).translate()`` vs VirtualiZarr
   (``open_virtual_dataset`` of each set with ``KerchunkJSONParser``, ``xr.concat`` along time, then
   ``.vz.to_kerchunk(format="dict")``). Each side in its own child process; wall time and the
-  child's peak RSS (whole process, and above its after-import baseline).
+  child's peak RSS (VmHWM: whole process, and above its after-import baseline).
 * ``e2e``: end to end on ``--e2e-files`` small NetCDF4 files (make_corpus.py with a 90x180 grid):
   scan + combine + save JSON + ``xr.open_dataset`` + one computed mean, on a
   ``distributed.LocalCluster(processes=True)`` of 1 and 2 workers (started before the clock).
@@ -139,11 +139,11 @@ def RUN(paths):
 }
 
 SETS_DRIVER = """
-import json, resource, sys, time
-def rss():
+import json, sys, time
+def rss(field="VmRSS:"):
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field):
                 return int(line.split()[1]) * 1024
 {side}
 PATHS = json.load(open({paths!r}))
@@ -151,7 +151,7 @@ base = rss()
 t = time.perf_counter()
 n = RUN(PATHS)
 wall = time.perf_counter() - t
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = rss("VmHWM:")  # not ru_maxrss, which keeps the parent's peak across vfork + exec
 print(json.dumps({{"wall": wall, "peak": peak, "base": base, "refs": n}}))
 """
 
@@ -258,7 +258,8 @@ def bench_sets(paths: list[str], plain: list[str], sides: list[str], repeat: int
     lst = work / f"paths{len(paths)}.json"
     lst.write_text(json.dumps(paths))
     lst0 = work / f"paths{len(paths)}-noinline.json"
-    lst0.write_text(json.dumps(plain))
+    if plain:
+        lst0.write_text(json.dumps(plain))
     res: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     for _ in range(repeat):
         for side in sides:
