@@ -431,3 +431,13 @@ def test_s3_endpoint_unreachable(tmp_path: Path):
     r = _run("info", "s3://refs/r.json", "--storage-options", json.dumps(so), cwd=tmp_path)
     _one_line_no_traceback(r, 1, "refset info: cannot read s3://refs/r.json: Could not connect to the endpoint URL")
     assert r.stderr.endswith("(check the endpoint or network; fsspec options go in --storage-options)\n")
+
+
+@pytest.mark.parametrize("flag", [["--identical-dims", "lat"], ["--coo-map", "time=INDEX"],
+                                  ["--coo-dtype", "time=i8"], ["--append"], ["--scheduler", "tcp://127.0.0.1:1"]])
+def test_combine_options_without_concat_dim(days: list[Path], tmp_path: Path, flag: list[str]):
+    """Options that only mean something when files are combined are not dropped silently by a plain scan."""
+    r = _run("scan", str(days[0]), "-o", "one.json", *flag, cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"{flag[0]}: applies when files are combined: give --concat-dim DIM too" in r.stderr
+    assert not (tmp_path / "one.json").exists()

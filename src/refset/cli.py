@@ -579,6 +579,11 @@ def cmd_scan(a: argparse.Namespace) -> int:
     if a.remote_options is not None:
         raise UsageError("--remote-options: used with --concat-dim (reading coordinate values); a scan "
                          "reads only FILE, with --storage-options")
+    given = [flag for flag, v in (("--identical-dims", a.identical_dims), ("--coo-map", a.coo_map),
+                                  ("--coo-dtype", a.coo_dtype), ("--append", a.append),
+                                  ("--scheduler", a.scheduler)) if v]
+    if given:
+        raise UsageError(f"{given[0]}: applies when files are combined: give --concat-dim DIM too")
     many = len(a.files) > 1
     if many and "://" not in a.output and os.path.isfile(a.output):
         raise UsageError(f"-o {a.output}: several files need a directory (end it with /)")
