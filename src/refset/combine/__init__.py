@@ -135,21 +135,32 @@ def _json_list(url: str) -> list[Any] | None:
     from ..formats._io import decompress, is_local, local_path
     from ..formats.registry import GZIP_MAGIC, ZSTD_MAGIC
 
-    if not is_local(url) or not os.path.isfile(local_path(url)):
+    if not is_local(url):
         return None
     path = local_path(url)
-    with open(path, "rb") as f:
-        head = f.read(64)
-        if head[:2] == GZIP_MAGIC:
-            import gzip
+    try:  # the common case (a set or a data file) costs one open and one small read
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # missing, unreadable: open_input says so
+        return None
+    try:
+        head = os.read(fd, 64)
+    except OSError:  # a directory (a parquet set, a zarr store)
+        return None
+    finally:
+        os.close(fd)
+    if head[:2] == GZIP_MAGIC or head[:4] == ZSTD_MAGIC:
+        try:
+            with open(path, "rb") as f:
+                if head[:2] == GZIP_MAGIC:
+                    import gzip
 
-            f.seek(0)
-            head = gzip.GzipFile(fileobj=f).read(64)
-        elif head[:4] == ZSTD_MAGIC:
-            import zstandard
+                    head = gzip.GzipFile(fileobj=f).read(64)
+                else:
+                    import zstandard
 
-            f.seek(0)
-            head = zstandard.ZstdDecompressor().stream_reader(f).read(64)
+                    head = zstandard.ZstdDecompressor().stream_reader(f).read(64)
+        except Exception:  # corrupt: open_input's reader names the problem
+            return None
     if head.lstrip()[:1] != b"[":
         return None
     import json
