@@ -96,6 +96,51 @@ def test_a_live_writers_temporary_is_left_alone(tmp_path):
     assert live.exists()
 
 
+def test_a_left_temporary_whose_pid_was_reused_is_removed(tmp_path):
+    """A killed writer's temporary is removed even when its pid now names a running process: its lock
+    is free and it is older than STALE_AFTER (before: kept for as long as that pid ran)."""
+    from refset.formats._io import STALE_AFTER, temp_prefix
+
+    dest = tmp_path / "out.json"
+    left = tmp_path / f"{temp_prefix(str(dest))}abc.tmp"  # this process's pid: running
+    left.write_bytes(b"left by a killed writer")
+    old = left.stat().st_mtime - STALE_AFTER - 60
+    os.utime(left, (old, old))
+    refset.save(refset.load(_refs(1)), dest)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+_HOLDER = """
+import os, sys, time
+from refset.formats._io import hold
+fd = hold(sys.argv[1])
+print("held" if fd is not None else "not held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_temporary_locked_by_a_live_writer_is_kept_whatever_its_pid(tmp_path):
+    """A writer in another pid namespace names its temporary with a pid that looks gone here: its lock
+    says it is alive (before: removed under it)."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    dest = tmp_path / "out.json"
+    live = tmp_path / f".out.json.refset-{gone}-abc.tmp"
+    live.write_bytes(b"in progress elsewhere")
+    env = {**os.environ, "PYTHONPATH": str(Path(refset.__file__).parents[1])}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(live)], stdout=subprocess.PIPE, text=True,
+                              env=env)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        refset.save(refset.load(_refs(1)), dest)
+        assert live.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    refset.save(refset.load(_refs(2)), dest)  # the holder is gone, and so is its pid: removed
+    assert not live.exists()
+
+
 def test_parquet_on_s3_killed_while_copying_into_place(s3):
     import s3fs
 

@@ -203,9 +203,72 @@ def _alive(pid: int) -> bool:
     return True
 
 
+#: A temporary whose lock is free but whose pid runs is taken as left behind after this long (its
+#: pid was reused), and as a writer's own before it (the moment between creating and locking it).
+STALE_AFTER = 60.0
+
+
+def hold(path: str) -> int | None:
+    """Lock ``path`` (a temporary or a set being replaced) for as long as the returned descriptor
+    stays open, telling other writers that a live process is using it; None where locks are not
+    available."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: process ids alone decide
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _held(path: str) -> bool | None:
+    """Whether a live process holds ``path``'s lock (see :func:`hold`); None when that cannot be told."""
+    try:
+        import fcntl
+
+        fd = os.open(path, os.O_RDONLY)
+    except (ImportError, OSError):
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # e.g. a filesystem without locks
+        return None
+    finally:
+        os.close(fd)  # releases the lock taken just now
+    return False
+
+
+def _left_behind(path: str, pid: int) -> bool:
+    """A writer's leftover whose writer is gone: its lock is free and its pid is not running or it
+    is older than :data:`STALE_AFTER` (a reused pid); a held lock means a live writer, whatever its
+    pid says (another pid namespace)."""
+    held = _held(path)
+    if held is None:
+        return not _alive(pid)
+    if held:
+        return False
+    if not _alive(pid):
+        return True
+    import time
+
+    try:
+        return time.time() - os.lstat(path).st_mtime > STALE_AFTER
+    except OSError:
+        return False
+
+
 def stale_leftovers(path: str) -> list[str]:
     """Temporaries (``.<name>.refset-<pid>-*.tmp``) and replaced sets (``<name>.refset-old-<pid>-*``)
-    that writes to ``path`` by processes no longer running left beside it."""
+    that writes to ``path`` left beside it, their writers gone."""
     d, base = os.path.split(os.path.abspath(path))
     pat = re.compile(rf"(?:\.{re.escape(base)}\.refset-(\d+)-.*\.tmp|{re.escape(base)}\.refset-old-(\d+)-.*)")
     try:
@@ -215,7 +278,7 @@ def stale_leftovers(path: str) -> list[str]:
     out = []
     for name in names:
         m = pat.fullmatch(name)
-        if m and not _alive(int(m.group(1) or m.group(2))):
+        if m and _left_behind(os.path.join(d, name), int(m.group(1) or m.group(2))):
             out.append(os.path.join(d, name))
     return sorted(out)
 
@@ -252,6 +315,7 @@ def write_bytes(path: str, data: bytes, storage_options: dict[str, Any] | None =
         if not os.path.isdir(d):  # said so here, not as the temporary file that could not be made
             raise FileNotFoundError(f"output directory {d} does not exist")
         fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=d)
+        lock = hold(tmp)  # until it is renamed: other writers leave it alone
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -262,6 +326,9 @@ def write_bytes(path: str, data: bytes, storage_options: dict[str, Any] | None =
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
+        finally:
+            if lock is not None:
+                os.close(lock)
         return
     import fsspec
 

@@ -26,7 +26,7 @@ from ..errors import InvalidOption, RefsetError, Unsupported
 from ..keys import ChunkGrid, path_problem
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE, ChunkTable
-from ._io import crash_point, file_mode, recover_local, remote_leftovers, rm_tree, temp_prefix
+from ._io import crash_point, file_mode, hold, recover_local, remote_leftovers, rm_tree, temp_prefix
 from ._parquet import CHECKSUMS, record_name, seal_zmetadata
 
 __all__ = ["write_parquet", "DEFAULT_RECORD_SIZE", "DEFAULT_CATEGORICAL_THRESHOLD"]
@@ -299,6 +299,7 @@ def _write_local(dest: str, args: tuple[Any, ...]) -> None:
     os.makedirs(parent, exist_ok=True)
     recover_local(dest)
     tmp = tempfile.mkdtemp(prefix=temp_prefix(dest), suffix=".tmp", dir=parent)
+    locks = [hold(tmp)]  # the new tree, then the old set once renamed aside: other writers leave them alone
     made: set[str] = {tmp}
 
     def write_file(rel: str, data: bytes) -> None:
@@ -317,6 +318,7 @@ def _write_local(dest: str, args: tuple[Any, ...]) -> None:
         crash_point("parquet-before-renames")
         if os.path.lexists(dest):
             old = f"{dest}.refset-old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            locks.append(hold(dest))
             os.rename(dest, old)
         crash_point("parquet-between-renames")
         os.rename(tmp, dest)
@@ -326,6 +328,10 @@ def _write_local(dest: str, args: tuple[Any, ...]) -> None:
         if old is not None and not os.path.lexists(dest):
             os.rename(old, dest)
         raise
+    finally:
+        for fd in locks:
+            if fd is not None:
+                os.close(fd)
     if old is not None:
         if os.path.isdir(old) and not os.path.islink(old):
             shutil.rmtree(old, ignore_errors=True)
