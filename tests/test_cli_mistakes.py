@@ -163,6 +163,9 @@ def _one_line_no_traceback(r: subprocess.CompletedProcess[str], status: int, say
     ("scan", ["--subchunk", "0"], "refset scan: error: --subchunk 0: expected a number of bytes >= 1"),
     ("combine", ["--concat-dim", "x", "--coo-map", "x=re:("],
      "refset combine: error: --coo-map 'x=re:(': '(' is not a regular expression (missing )"),
+    ("combine", ["--concat-dim", "x", "--coo-map", "x=bogus"],
+     "refset combine: error: --coo-map 'x=bogus': unknown selector 'bogus'; expected INDEX, attr:NAME, "
+     "vattr:VAR:NAME, data:VAR, cf:VAR or re:PATTERN"),
     ("combine", ["--concat-dim", "run", "--coo-dtype", "run=notadtype"],
      "refset combine: error: --coo-dtype 'run=notadtype': 'notadtype' is not a numpy dtype"),
     ("scan", ["--concat-dim", "run", "--coo-dtype", "run"], "--coo-dtype 'run': expected DIM=DTYPE"),
@@ -347,11 +350,18 @@ def test_output_in_a_missing_directory(days: list[Path], tmp_path: Path, cmd: st
         refset.save(refset.load(SAMPLE), out)
 
 
-@pytest.mark.parametrize("args", [["-o", "out.json"], ["out.json", "-o", "other.json"], ["-O", "dir/out.parq"]])
+@pytest.mark.parametrize("args", [["-o", "out.json"], ["-O", "dir/out.parq"]])
 def test_convert_output_given_as_option(tmp_path: Path, args: list[str]):
     r = _run("convert", str(SAMPLE), *args, cwd=tmp_path)
     _one_line_no_traceback(r, 2, "refset convert: error: convert takes the output as its second argument (refset "
                                  "convert IN OUT); writer options are -O NAME=VALUE")
+    assert _tree(tmp_path) == {}
+
+
+def test_convert_second_output_given_as_option(tmp_path: Path):
+    r = _run("convert", str(SAMPLE), "out.json", "-o", "other.json", cwd=tmp_path)
+    _one_line_no_traceback(r, 2, "refset convert: error: -o other.json: not a writer option NAME=VALUE (the output "
+                                 "is already out.json); writer options are -O NAME=VALUE")
     assert _tree(tmp_path) == {}
 
 
@@ -403,13 +413,20 @@ def test_output_suffixes(tmp_path: Path, name: str, version: int | None, compres
         assert got.to_dict() == refset.load(SAMPLE).to_dict()
 
 
-def test_python_save_refuses_an_unknown_suffix(tmp_path: Path):
-    with pytest.raises(refset.errors.InvalidOption, match=r"unknown suffix '\.xyz'; known suffixes: \.json, "
-                                                          r"\.v1\.json, \.parq"):
-        refset.save(refset.load(SAMPLE), tmp_path / "out.xyz")
-    assert _tree(tmp_path) == {}
-    refset.save(refset.load(SAMPLE), tmp_path / "out.xyz", format="json")
-    assert refset.load(tmp_path / "out.xyz").format_info()["format"] == "json"
+@pytest.mark.parametrize("name,fmt,compression", [
+    ("OUT.JSON", "json", None), ("o.json.GZ", "json", "gzip"), ("O.PARQ", "parquet", None),
+    ("refs.2024-01-01", "json", None), ("out.xyz", "json", None)])
+def test_python_save_takes_suffixes_in_any_case_and_other_names_as_json(tmp_path: Path, name: str, fmt: str,
+                                                                       compression: str | None):
+    """Python's save is not the command line: a name it cannot place (a date after a dot) is JSON, as
+    always; suffixes match in any case."""
+    refset.save(refset.load(SAMPLE), tmp_path / name)
+    got = refset.load(tmp_path / name)
+    assert got.format_info()["format"] == fmt and got.format_info().get("compression") == compression
+    want, have = refset.load(SAMPLE).to_dict(), got.to_dict()
+    assert have.keys() == want.keys()
+    for k, v in want.items():  # parquet keeps metadata as compact JSON
+        assert (json.loads(have[k]) == json.loads(v)) if k.endswith((".zarray", ".zattrs", ".zgroup")) else have[k] == v
 
 
 @pytest.mark.parametrize("name", ["out.json", "out.parq"])
@@ -441,3 +458,41 @@ def test_combine_options_without_concat_dim(days: list[Path], tmp_path: Path, fl
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"{flag[0]}: applies when files are combined: give --concat-dim DIM too" in r.stderr
     assert not (tmp_path / "one.json").exists()
+
+
+def test_ls_of_one_chunk_key(tmp_path: Path):
+    """`ls SET KEY` of an exact chunk key lists it (before: "no such key or directory")."""
+    r = _run("ls", "-l", str(SAMPLE), "t/0.0.0", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    ref = refset.load(SAMPLE)["t/0.0.0"]
+    assert r.stdout.split("\t")[0] == "t/0.0.0" and r.stdout.rstrip("\n").split("\t")[-1] == str(ref[-1])
+    _one_line_no_traceback(_run("ls", str(SAMPLE), "t/9.9.9", cwd=tmp_path), 1,
+                           "refset ls: t/9.9.9: no such key or directory")
+
+
+def test_scan_into_a_new_nested_directory(tmp_path: Path):
+    """`-o a/b/` (a directory of outputs) is made with its parents, as before."""
+    tiny = REPO / "examples" / "tiny.nc"
+    r = _run("scan", str(tiny), "-o", "nest/a/", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert refset.load(tmp_path / "nest" / "a" / "tiny.nc.json").to_dict() == refset.scan(str(tiny)).to_dict()
+
+
+@pytest.mark.parametrize("text,says", [("[", "bad.json: invalid JSON (Expecting value"),
+                                       ("[]", "bad.json: an empty list, not a reference set or a list of them")])
+def test_combine_of_a_broken_or_empty_list_file(tmp_path: Path, text: str, says: str):
+    (tmp_path / "bad.json").write_text(text)
+    r = _run("combine", "bad.json", str(SAMPLE), "--concat-dim", "time", "-o", "c.json", cwd=tmp_path)
+    _one_line_no_traceback(r, 1, f"refset combine: invalid input: {says}")
+    with pytest.raises(refset.errors.InvalidReferences, match=says.replace("(", r"\(")):
+        refset.combine([str(tmp_path / "bad.json"), str(SAMPLE)], concat_dims="time")
+
+
+def test_a_remote_output_that_cannot_be_written_is_named(tmp_path: Path):
+    """The failing URL is the output, not data the input points into (an endpoint nothing listens on)."""
+    so = {"key": "a", "secret": "b", "endpoint_url": "http://127.0.0.1:9",
+          "config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 1}}}
+    r = _run("convert", str(SAMPLE), "s3://bucket/o.json", "--storage-options", json.dumps(so), cwd=tmp_path)
+    _one_line_no_traceback(r, 1, "refset convert: cannot write s3://bucket/o.json: Could not connect to the "
+                                 "endpoint URL")
+    assert "fsspec options go in --storage-options" in r.stderr

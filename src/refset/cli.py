@@ -11,6 +11,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from ._progress import Bar, wanted
 
@@ -198,6 +199,9 @@ def cmd_ls(a: argparse.Namespace) -> int:
         return not prefix or key == prefix or key.startswith(prefix + "/")
 
     out = sys.stdout
+    if prefix and rs.locate(prefix) is not None and prefix in rs:  # one chunk key, named exactly
+        out.write(_ls_line(rs, prefix, a.long))
+        return EXIT_OK
     listed = 0
     for key in rs.other.keys.tolist():
         if under(key):
@@ -234,6 +238,9 @@ def cmd_convert(a: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     paths = [o for o in a.option or [] if "=" not in o and ("." in o or "/" in o)]
+    if a.output is not None and paths:
+        raise UsageError(f"-o {paths[0]}: not a writer option NAME=VALUE (the output is already "
+                         f"{a.output}); writer options are -O NAME=VALUE")
     if a.output is None or paths:  # `convert IN -o OUT`, as scan and combine take it
         raise UsageError("convert takes the output as its second argument (refset convert IN OUT); "
                          "writer options are -O NAME=VALUE")
@@ -290,8 +297,9 @@ def _writer_options(a: argparse.Namespace, dest: str, check_suffix: bool = True)
 def _refuse_existing(a: argparse.Namespace, dests: Sequence[str], made: str | None = None) -> None:
     """A local output in a directory that does not exist, or without ``--overwrite`` one that exists
     (file or parquet directory), is a :class:`UsageError`, found before any work starts, so that
-    the old output stays as it was. ``made``: the directory of the outputs, made when missing."""
-    for dest in [made] if made is not None else dests:
+    the old output stays as it was. ``made``: the directory of the outputs, made (with its parents)
+    when missing."""
+    for dest in [] if made is not None else dests:  # a directory of outputs is made with its parents
         if not _remote(dest):
             parent = os.path.dirname(dest.removeprefix("file://").rstrip("/")) or "."
             if not os.path.isdir(parent):
@@ -439,6 +447,9 @@ def _coo_map(items: Sequence[str] | None) -> dict[str, Any]:
             out[dim] = re.compile(sel[3:]) if sel.startswith("re:") else sel
         except re.error as e:
             raise UsageError(f"--coo-map {item!r}: {sel[3:]!r} is not a regular expression ({e})") from None
+        if not (sel.startswith("re:") or sel == "INDEX" or re.fullmatch(r"(attr|data|cf):.+|vattr:[^:]+:.+", sel)):
+            raise UsageError(f"--coo-map {item!r}: unknown selector {sel!r}; expected INDEX, attr:NAME, "
+                             "vattr:VAR:NAME, data:VAR, cf:VAR or re:PATTERN")
     return out
 
 
@@ -881,6 +892,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as e:
+        if os.environ.get("REFSET_DEBUG") == "1":  # every line below, with its traceback
+            import traceback
+
+            traceback.print_exc()
         if _is_access_error(e):
             sys.stderr.write(f"refset {a.command}: {_access_message(a, e)}\n")
         elif isinstance(e, ReferenceNotReachable | RefsetError):
@@ -892,10 +907,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif isinstance(e, KeyError):
             sys.stderr.write(f"refset {a.command}: no such key: {e}\n")
         else:  # a failure nothing above foresaw: one line; the traceback with REFSET_DEBUG=1
-            if os.environ.get("REFSET_DEBUG") == "1":
-                import traceback
-
-                traceback.print_exc()
             sys.stderr.write(f"refset {a.command}: error: {type(e).__name__}: {_one_line(e)}\n")
         return EXIT_INVALID
 
@@ -918,20 +929,27 @@ def _subject(a: argparse.Namespace) -> str:
 
 
 def _access_message(a: argparse.Namespace, e: BaseException) -> str:
-    """One line: what was being read, why it failed, and the options that give credentials."""
+    """One line: what was being read (or written), why it failed, and the options that give
+    credentials."""
     subject = _subject(a)
-    if _remote(subject):
+    said = _one_line(e)
+    out = getattr(a, "output", None)
+    verb = "read"
+    if isinstance(out, str) and _remote(out) and (
+            (a.command in ("scan", "convert") and not _remote(subject))  # they read no remote data
+            or (urlsplit(out).netloc and urlsplit(out).netloc in said)):
+        where, flag, verb = out, "--storage-options", "write"
+    elif _remote(subject):
         where, flag = subject, "--storage-options"
     else:  # a local set: the data files it points into
         where = f"the data files {subject} points into"
         flag = "--remote-options" if hasattr(a, "remote_options") else "--storage-options"
-    said = _one_line(e)
     if re.search(r"credential|access ?denied|forbidden|signature|permission", type(e).__name__ + said, re.I):
         hint = (f"public S3 data: {flag} '{{\"anon\": true}}' or FSSPEC_S3_ANON=true; else AWS credentials "
                 "(environment or profile)")
     else:
         hint = f"check the endpoint or network; fsspec options go in {flag}"
-    return f"cannot read {where}: {said} ({hint})"
+    return f"cannot {verb} {where}: {said} ({hint})"
 
 
 def _silence_stdout() -> None:

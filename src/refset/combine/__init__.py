@@ -166,7 +166,13 @@ def _json_list(url: str) -> list[Any] | None:
     import json
 
     with open(path, "rb") as f:
-        doc = json.loads(decompress(f.read(), path))
+        text = decompress(f.read(), path)
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise InvalidReferences(f"{path}: invalid JSON ({e})") from None
+    if isinstance(doc, list) and not doc:
+        raise InvalidReferences(f"{path}: an empty list, not a reference set or a list of them")
     return doc if isinstance(doc, list) else None
 
 

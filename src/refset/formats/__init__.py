@@ -103,11 +103,11 @@ def save(
     ``format``: ``"json"`` (Version 0), ``"v1"`` (Version 1 with URL templates; ``gen=True`` adds
     ``gen``), ``"parquet"`` or ``"packed"``; inferred from ``dest`` when omitted
     (``.parq``/``.parquet`` -> parquet, ``.packed``/``.refs``/``.rfs`` -> packed, ``.v1.json`` -> v1,
-    ``.json`` or no suffix -> JSON; another suffix raises :class:`~refset.errors.InvalidOption` naming
-    the known ones). JSON output is compressed by suffix: ``.gz`` or ``.zst``. Files get the mode the umask gives new files.
+    any other name -> JSON; suffixes in any case). JSON output is compressed by suffix: ``.gz`` or
+    ``.zst``. (The command line refuses a suffix no format knows.) Files get the mode the umask gives new files.
     """
     dest = os.fspath(dest)
-    spec = by_name(format) if format is not None else for_dest(dest, strict="://" not in dest)
+    spec = by_name(format) if format is not None else for_dest(dest)
     options = spec.check_options(options)
     rs = load(refs, storage_options=storage_options)
     full = rs.loaded()

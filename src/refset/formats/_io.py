@@ -111,7 +111,8 @@ def _unzstd(data: bytes) -> Iterator[bytes]:
 
 
 def compress(data: bytes, dest: str) -> bytes:
-    """Compress by the destination's suffix: ``.gz`` gzip, ``.zst``/``.zstd`` zstd."""
+    """Compress by the destination's suffix (any case): ``.gz`` gzip, ``.zst``/``.zstd`` zstd."""
+    dest = dest.lower()
     if dest.endswith(".gz"):
         return gzip.compress(data, compresslevel=6, mtime=0)
     if dest.endswith((".zst", ".zstd")):

@@ -281,7 +281,7 @@ def by_name(name: str) -> FormatSpec:
 
 def _strip_compression(name: str) -> str:
     for suffix in COMPRESSION_SUFFIXES:
-        if name.endswith(suffix):
+        if name.lower().endswith(suffix):
             return name[: -len(suffix)]
     return name
 
@@ -289,15 +289,15 @@ def _strip_compression(name: str) -> str:
 def for_dest(dest: str, *, strict: bool = False) -> FormatSpec:
     """The format a destination's name asks for (JSON Version 0 when nothing matches).
 
-    ``strict``: a name whose suffix no format knows (``out.xyz``) raises :class:`Unsupported` naming
-    the known suffixes; a name without a suffix is still JSON.
+    ``strict`` (the command line): a name whose suffix no format knows (``out.xyz``) raises
+    :class:`InvalidOption` naming the known suffixes; a name without a suffix is still JSON.
     """
-    name = _strip_compression(dest.rstrip("/"))
+    name = _strip_compression(dest.rstrip("/")).lower()  # suffixes in any case: OUT.JSON
     matches = [(len(x), spec) for spec in FORMATS.values() for x in spec.suffixes if name.endswith(x)]
     if matches:  # the longest suffix: out.v1.json is Version 1
         return max(matches, key=lambda m: m[0])[1]
     suffix = os.path.splitext(os.path.basename(name))[1]
-    if strict and suffix:
+    if strict and suffix and not dest.endswith("/"):
         known = ", ".join(s for spec in FORMATS.values() for s in spec.suffixes)
         raise InvalidOption(f"output {dest!r}: unknown suffix {suffix!r}; known suffixes: {known} "
                           f"(JSON may end in {' or '.join(COMPRESSION_SUFFIXES)} too)")
