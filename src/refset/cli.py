@@ -327,10 +327,11 @@ def _summary(out: str, n_inputs: int, rs: Any, t0: float, extra: str = "") -> No
                      f"{time.perf_counter() - t0:.1f} s\n")
 
 
-def _pair(item: str, flag: str) -> tuple[str, str]:
+def _pair(item: str, flag: str, shape: str = "OLD=NEW") -> tuple[str, str]:
+    """``NAME=VALUE`` taken apart; a :class:`UsageError` in the words of ``flag`` and ``shape``."""
     old, sep, new = item.partition("=")
     if not sep or not old:
-        raise UsageError(f"{flag} {item!r}: expected OLD=NEW")
+        raise UsageError(f"{flag} {item!r}: expected {shape}")
     return old, new
 
 
@@ -440,9 +441,7 @@ def _coo_map(items: Sequence[str] | None) -> dict[str, Any]:
     """``D=SELECTOR``: ``re:PATTERN`` is a regex on the input's name; other selectors as in Python."""
     out: dict[str, Any] = {}
     for item in items or []:
-        dim, sep, sel = item.partition("=")
-        if not sep or not dim:
-            raise UsageError(f"--coo-map {item!r}: expected DIM=SELECTOR")
+        dim, sel = _pair(item, "--coo-map", "DIM=SELECTOR")
         try:
             out[dim] = re.compile(sel[3:]) if sel.startswith("re:") else sel
         except re.error as e:
@@ -459,9 +458,7 @@ def _coo_dtypes(items: Sequence[str] | None) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for item in items or []:
-        dim, sep, name = item.partition("=")
-        if not sep or not dim:
-            raise UsageError(f"--coo-dtype {item!r}: expected DIM=DTYPE")
+        dim, name = _pair(item, "--coo-dtype", "DIM=DTYPE")
         try:
             out[dim] = np.dtype(name)
         except TypeError:

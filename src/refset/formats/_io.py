@@ -209,43 +209,35 @@ def _alive(pid: int) -> bool:
 STALE_AFTER = 60.0
 
 
-def hold(path: str) -> int | None:
-    """Lock ``path`` (a temporary or a set being replaced) for as long as the returned descriptor
-    stays open, telling other writers that a live process is using it; None where locks are not
-    available."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: process ids alone decide
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _held(path: str) -> bool | None:
-    """Whether a live process holds ``path``'s lock (see :func:`hold`); None when that cannot be told."""
+def _lock(path: str) -> tuple[int | None, bool | None]:
+    """``(descriptor holding path's lock, False)`` when taken; ``(None, True)`` when a live process
+    holds it; ``(None, None)`` when locks cannot be had here (not POSIX, no file, no lock support)."""
     try:
         import fcntl
 
         fd = os.open(path, os.O_RDONLY)
     except (ImportError, OSError):
-        return None
+        return None, None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:  # e.g. a filesystem without locks
-        return None
-    finally:
+    except OSError as e:
+        os.close(fd)
+        return None, (True if isinstance(e, BlockingIOError) else None)
+    return fd, False
+
+
+def hold(path: str) -> int | None:
+    """Lock ``path`` (a temporary or a set being replaced) for as long as the returned descriptor
+    stays open, telling other writers that a live process is using it; None where it cannot be."""
+    return _lock(path)[0]
+
+
+def _held(path: str) -> bool | None:
+    """Whether a live process holds ``path``'s lock (see :func:`hold`); None when that cannot be told."""
+    fd, held = _lock(path)
+    if fd is not None:
         os.close(fd)  # releases the lock taken just now
-    return False
+    return held
 
 
 def _left_behind(path: str, pid: int) -> bool:
