@@ -75,7 +75,8 @@ def _trusted_table(spec: Mapping[str, Any], grid: ChunkGrid) -> ChunkTable:
     inline = spec.get("inline") or {}
     if inline:
         kind[np.fromiter(inline, np.int64, len(inline))] = INLINE
-    return _finish(grid, kind, pid, spec["offset"].reshape(-1), spec["length"].reshape(-1), inline)
+    return _finish(grid, kind, pid, spec["offset"].reshape(-1), spec["length"].reshape(-1), inline,
+                   trusted=True)
 
 
 def _table(path: str, spec: Mapping[str, Any], grid: ChunkGrid, nurls: int) -> ChunkTable:
@@ -141,7 +142,9 @@ def _table(path: str, spec: Mapping[str, Any], grid: ChunkGrid, nurls: int) -> C
 
 
 def _finish(grid: ChunkGrid, kind: np.ndarray, pid: np.ndarray, off: np.ndarray, ln: np.ndarray,
-            inline: dict[int, bytes]) -> ChunkTable:
+            inline: dict[int, bytes], trusted: bool = False) -> ChunkTable:
+    """The table of checked columns (``trusted``: also consistent with ``inline`` by construction,
+    so the table's own checks are skipped)."""
     n = int(np.count_nonzero(kind))
     if sparse_grid(grid.nchunks, n):
         f = np.flatnonzero(kind != 0)
@@ -150,8 +153,9 @@ def _finish(grid: ChunkGrid, kind: np.ndarray, pid: np.ndarray, off: np.ndarray,
     pid = np.where(zero, 0, pid) if zero.any() else pid
     o = np.where(zero, 0, off) if zero.any() else off
     n_ = np.where(zero, 0, ln) if zero.any() else ln
-    return ChunkTable(grid, kind, pid.astype(np.uint64, copy=False), o.astype(np.uint64, copy=False),
-                      n_.astype(np.uint64, copy=False), inline)
+    make = ChunkTable._trusted if trusted else ChunkTable
+    return make(grid, kind, pid.astype(np.uint64, copy=False), o.astype(np.uint64, copy=False),
+                n_.astype(np.uint64, copy=False), inline)
 
 
 def tables_from_arrays(
