@@ -252,6 +252,7 @@ class _Combiner:
         self.new = [c for c in coords if c.new]
         self.meta: dict[str, bytes] = {}
         self.tables: dict[str, ChunkTable] = {}
+        self.maps: dict[tuple[int, str, int, int], np.ndarray] = {}  # chunk_map's, per input and dim
 
     def build(self) -> ReferenceSet:
         first = self.sets[0]
@@ -337,9 +338,12 @@ class _Combiner:
     def chunk_map(self, path: str, i: int, dim: str, axis: int, grid: ChunkGrid) -> np.ndarray:
         """Where input ``i``'s chunks along ``axis`` go in the combined grid: each chunk's values
         must fill one combined chunk (a short last chunk: the end of the combined coordinate)."""
+        n, chunk = grid.shape[axis], grid.chunks[axis]
+        known = self.maps.get((i, dim, n, chunk))  # the same for every variable of the input
+        if known is not None:
+            return known
         c = self.coord(dim)
         vals = c.per_input[i]
-        n, chunk = grid.shape[axis], grid.chunks[axis]
         if vals.size != n:
             raise InvalidReferences(f"variable {path!r} of input {self.names[i]!r}: {n} steps along "
                                     f"{dim!r} but {vals.size} coordinate values")
@@ -356,7 +360,8 @@ class _Combiner:
                 f"variable {path!r}: input {self.names[i]!r} has {n} steps along {dim!r} in chunks of "
                 f"{chunk}; its step {bad} is step {int(pos[bad])} of the combined {len(c.values)}: its "
                 "chunks do not fall on the combined chunk grid")
-        return starts // chunk
+        out = self.maps[(i, dim, n, chunk)] = starts // chunk
+        return out
 
     def same_layout(self, path: str, i0: int, i: int, meta: Mapping[str, Any], axes: Mapping[str, int]) -> None:
         other = zarray(self.sets[i], path)
