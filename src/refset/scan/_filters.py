@@ -40,14 +40,15 @@ def _codec(code: int, values: tuple[int, ...], dt: np.dtype) -> dict[str, Any] |
     return None
 
 
-def hdf5_filters(plist: Any, dt: np.dtype, path: str) -> tuple[list[dict[str, Any]], str | None]:
-    """``(filters, None)`` when every filter has an exact codec, else ``([], why not)``."""
+def hdf5_filters(pipeline: list[tuple[int, tuple[int, ...], str]], dt: np.dtype,
+                 path: str) -> tuple[list[dict[str, Any]], str | None]:
+    """``(filters, None)`` when every filter of ``pipeline`` (filter id, client values, name) has an
+    exact codec, else ``([], why not)``."""
     out = []
-    for i in range(plist.get_nfilters()):
-        code, _flags, values, name = plist.get_filter(i)
+    for code, values, name in pipeline:
         codec = _codec(int(code), tuple(values), dt)
         if codec is None:
-            label = FILTER_NAMES.get(int(code)) or (name.decode(errors="replace") if name else "") or "?"
+            label = FILTER_NAMES.get(int(code)) or name or "?"
             return [], f"HDF5 filter {label} (id {code}) has no codec that decodes it exactly"
         out.append(codec)
     if dt.kind == "O" and out:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import Unsupported
 from ._filters import encode_chunk, hdf5_filters
+from ._h5meta import NotNative
 from ._zarr import SetWriter, cannot, json_attrs, json_value, split_rows
 
 __all__ = ["scan_hdf5", "MAX_INLINE"]
@@ -46,6 +47,14 @@ def scan_hdf5(
     """Walk the file's groups and datasets into a :class:`SetWriter`."""
     import h5py
 
+    if native_enabled:
+        try:
+            return _scan_native(f, url, inline_threshold, group, drop, subchunk, max_inline)
+        except Exception as e:  # NotNative, or anything else: h5py's answer (set or error) is the one given
+            global native_fallbacks, native_last_reason
+            native_fallbacks += 1
+            native_last_reason = f"{type(e).__name__}: {e}"
+            f.seek(0)
     _load_plugins()
     out = SetWriter(url, inline_threshold)
     with h5py.File(f, "r") as h5:
@@ -55,8 +64,46 @@ def scan_hdf5(
             if not isinstance(obj, h5py.Group):
                 raise Unsupported(f"group={group!r}: no such group in {url}")
             root = obj
-        _Scanner(out, drop, subchunk, max_inline).walk(root)
+        _Scanner(out, drop, subchunk, max_inline).walk(_H5Node(root))
     return out
+
+
+#: Private hooks for tests: the native reader can be switched off, and counts its fallbacks.
+native_enabled = True
+native_fallbacks = 0
+native_last_reason = ""
+
+
+def _scan_native(f: Any, url: str, inline_threshold: int, group: str | None, drop: set[str],
+                 subchunk: int | None, max_inline: int) -> SetWriter:
+    """The scan over the native metadata reader; ``NotNative`` (raised before anything is
+    returned) sends the whole file to h5py. Warnings are held back until the scan succeeds, so a
+    fallback does not repeat them."""
+    from ._h5native import open_native
+
+    f.seek(0, 2)
+    size = f.tell()
+    start = _superblock(f, size)
+    out = SetWriter(url, inline_threshold)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        root = open_native(f, size, start, group)
+        _Scanner(out, drop, subchunk, max_inline).walk(root)
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return out
+
+
+def _superblock(f: Any, size: int) -> int:
+    from ._h5meta import NotNative as _NN
+
+    pos = 0
+    while pos + 8 <= size:
+        f.seek(pos)
+        if f.read(8) == b"\x89HDF\r\n\x1a\n":
+            return pos
+        pos = 512 if pos == 0 else pos * 2
+    raise _NN("no superblock")
 
 
 def _load_plugins() -> None:
@@ -89,24 +136,15 @@ class _Scanner:
     def raw(self, obj: Any) -> dict[str, Any]:
         """``obj``'s attributes, each read once (an unreadable one as its exception); netCDF-4
         bookkeeping nobody consults is not read at all."""
-        d = self._attrs.get(obj.id)
+        d = self._attrs.get(obj.key)
         if d is None:
-            a = obj.attrs
-            d = {}
-            for name in a:
-                if name in _UNREAD:
-                    continue
-                try:
-                    d[name] = a[name]
-                except Exception as e:  # e.g. an attribute of a type h5py cannot read
-                    d[name] = e
-            self._attrs[obj.id] = d
+            d = self._attrs[obj.key] = obj.attrs(_UNREAD)
         return d
 
     def walk(self, root: Any) -> None:
         datasets: dict[str, list[tuple[str, Any]]] = {}
         self.collect(root, "", datasets)
-        scales = {self.names[ds.id]: ds for group in datasets.values() for _, ds in group if _is_scale(self.raw(ds))}
+        scales = {self.names[ds.key]: ds for group in datasets.values() for _, ds in group if _is_scale(self.raw(ds))}
         for path, ds in scales.items():
             grp, name = posixpath.split(path)
             self.dims.setdefault(grp, []).append((_var_name(name), *_extent(ds, 0)))
@@ -118,52 +156,40 @@ class _Scanner:
                 out = posixpath.join(grp, name)
                 if _not_a_variable(self.raw(ds)) or name in self.drop or out in self.drop:
                     continue
-                self.dataset(ds, out, self.dim_names(ds, grp, self.names[ds.id] in scales))
+                self.dataset(ds, out, self.dim_names(ds, grp, self.names[ds.key] in scales))
 
     def collect(self, grp: Any, path: str, datasets: dict[str, list[Any]]) -> None:
-        import h5py
-
         self.groups.append((path, grp))
-        links = grp.id.links
-        for name in grp:
+        for name, kind, obj, target in grp.links():
             sub = f"{path}/{name}" if path else name
-            bname = name.encode()
-            kind = links.get_info(bname).type
-            if kind == h5py.h5l.TYPE_EXTERNAL:
+            if kind == "external":
                 if name in self.drop or sub in self.drop:
                     continue
-                link = grp.get(name, getlink=True)
-                raise cannot(sub, f"it is an external link to {link.filename}:{link.path}; scan that file")
-            if kind == h5py.h5l.TYPE_HARD:  # opened below h5py's high level (3x faster)
-                oid = h5py.h5o.open(grp.id, bname)
-                obj = (h5py.Dataset(oid) if isinstance(oid, h5py.h5d.DatasetID) else
-                       h5py.Group(oid) if isinstance(oid, h5py.h5g.GroupID) else None)
-            else:
-                obj = grp.get(name)
-                if obj is None:
-                    warnings.warn(f"{sub}: dangling soft link, left out", stacklevel=4)
-            if isinstance(obj, h5py.Group):
-                if obj.id not in self.names and name not in self.drop and sub not in self.drop:
-                    self.names[obj.id] = sub
+                raise cannot(sub, f"it is an external link to {target}; scan that file")
+            if kind == "soft" and obj is None:
+                warnings.warn(f"{sub}: dangling soft link, left out", stacklevel=4)
+            if obj is None:
+                continue
+            if obj.is_group:
+                if obj.key not in self.names and name not in self.drop and sub not in self.drop:
+                    self.names[obj.key] = sub
                     self.collect(obj, sub, datasets)
-            elif isinstance(obj, h5py.Dataset):  # every link is a variable; dims take the last name
-                self.names[obj.id] = sub
+            elif obj.is_dataset:  # every link is a variable; dims take the last name
+                self.names[obj.key] = sub
                 datasets.setdefault(path, []).append((sub, obj))
 
     def dim_names(self, ds: Any, grp: str, is_scale: bool) -> list[str]:
         names: list[str] = []
-        import h5py
-
         dim_list = self.raw(ds).get("DIMENSION_LIST")
         for axis in range(len(ds.shape)):
             name = None
             if is_scale and axis == 0:
-                name = _var_name(posixpath.basename(self.names[ds.id]))
+                name = _var_name(posixpath.basename(self.names[ds.key]))
             elif dim_list is not None and axis < len(dim_list) and len(dim_list[axis]):
                 ref = dim_list[axis][-1]  # netCDF-C takes the last scale attached
-                known = self.names.get(h5py.h5r.dereference(ref, ds.id))
+                known = self.names.get(ds.deref(ref))
                 if known is None:  # a scale outside the scanned group
-                    known = ds.file[ref].name or ""
+                    known = ds.ref_name(ref)
                 name = _var_name(posixpath.basename(known))
             names.append(name or self.visible_dim(grp, _extent(ds, axis), names))
         return names
@@ -184,37 +210,34 @@ class _Scanner:
 
     # -- one dataset --------------------------------------------------------------------------------
     def dataset(self, ds: Any, path: str, dims: list[str]) -> None:
-        import h5py
-
         dt = ds.dtype
         _check_dtype(dt, path)
         attrs = _attrs(self.raw(ds), path)
-        plist = ds.id.get_create_plist()
-        if plist.get_external_count():
+        if ds.external:
             raise cannot(path, "its data is in external files (HDF5 external storage)")
-        layout = plist.get_layout()
+        layout = ds.layout
         fill = _fill(self.raw(ds), path)
         shape = tuple(int(s) for s in ds.shape)
-        if h5py.check_string_dtype(dt) is not None and dt.kind == "O":
+        if _is_vlen_str(dt):
             return self.vlen_strings(ds, path, shape, attrs, dims)
-        if layout == h5py.h5d.VIRTUAL:
+        if layout == "virtual":
             raise cannot(path, "it is an HDF5 virtual dataset; scan its source files instead")
         zdt = _zarr_dtype(dt)
         if zdt.itemsize != dt.itemsize:  # a compound with padding: zarr v2 types are packed
             chunks = tuple(int(c) for c in ds.chunks) if ds.chunks else None
             return self.read_whole(ds, path, shape, zdt, fill, attrs, dims, chunks,
                                    why="its compound type has padding, which zarr v2 types cannot express")
-        if layout == h5py.h5d.COMPACT:
+        if layout == "compact":
             return self.read_whole(ds, path, shape, zdt, fill, attrs, dims, None)
-        if layout == h5py.h5d.CONTIGUOUS:
+        if layout == "contiguous":
             return self.contiguous(ds, path, shape, zdt, fill, attrs, dims)
-        if layout == h5py.h5d.CHUNKED:
-            return self.chunked(ds, path, shape, zdt, fill, attrs, dims, plist)
+        if layout == "chunked":
+            return self.chunked(ds, path, shape, zdt, fill, attrs, dims)
         raise cannot(path, f"unknown HDF5 layout {layout}")
 
     def contiguous(self, ds: Any, path: str, shape: tuple[int, ...], dt: np.dtype, fill: Any,
                    attrs: dict[str, Any], dims: list[str]) -> None:
-        offset = ds.id.get_offset()
+        offset = ds.offset
         nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         if offset is None or nbytes == 0:  # never written: every value is the fill value
             rows = split_rows(shape, dt.itemsize, 4 * 2**20)
@@ -238,34 +261,19 @@ class _Scanner:
                        length=np.full(grid, step, np.int64))
 
     def chunked(self, ds: Any, path: str, shape: tuple[int, ...], dt: np.dtype, fill: Any,
-                attrs: dict[str, Any], dims: list[str], plist: Any) -> None:
+                attrs: dict[str, Any], dims: list[str]) -> None:
         chunks = tuple(int(c) for c in ds.chunks)
-        filters, inexact = hdf5_filters(plist, dt, path)
+        filters, inexact = hdf5_filters(ds.filters, dt, path)
         if inexact:
             return self.read_whole(ds, path, shape, dt, fill, attrs, dims, chunks, why=inexact)
         grid = tuple(-(-s // c) for s, c in zip(shape, chunks))
-        pos_l: list[tuple[int, ...]] = []
-        mask_l: list[int] = []
-        off_l: list[int] = []
-        len_l: list[int] = []
-
-        def one(s: Any, p: Any = pos_l.append, m: Any = mask_l.append, o: Any = off_l.append,
-                n: Any = len_l.append) -> None:
-            p(s.chunk_offset)
-            m(s.filter_mask)
-            o(s.byte_offset)
-            n(s.size)
-
-        ds.id.chunk_iter(one)
+        pos, mask_c, off_c, len_c = ds.chunk_index()
         offset = np.zeros(grid, np.int64)
         length = np.zeros(grid, np.int64)
         inline: dict[int, bytes] = {}
-        if off_l:
-            n_chunks = len(off_l)
-            pos = np.fromiter((i for t in pos_l for i in t), np.int64, n_chunks * len(chunks)).reshape(
-                n_chunks, len(chunks))
-            cols = np.empty((n_chunks, 3), np.int64)
-            cols[:, 0], cols[:, 1], cols[:, 2] = mask_l, off_l, len_l
+        if len(off_c):
+            cols = np.empty((len(off_c), 3), np.int64)
+            cols[:, 0], cols[:, 1], cols[:, 2] = mask_c, off_c, len_c
             idx = pos // np.array(chunks, np.int64)
             inside = (idx < np.array(grid, np.int64)).all(axis=1)
             flat = np.ravel_multi_index(tuple(idx[inside].T), grid)
@@ -310,7 +318,7 @@ class _Scanner:
             idx = np.unravel_index(flat, grid)
             sel = tuple(slice(i * c, (i + 1) * c) for i, c in zip(idx, chunks))
             block = np.zeros(chunks, dt)
-            data = ds[sel]
+            data = ds.read(sel)
             block[tuple(slice(0, s) for s in data.shape)] = data
             out[flat] = encode_chunk(block, filters)
         return out
@@ -324,7 +332,9 @@ class _Scanner:
             reason = why or "its layout has no byte ranges to reference"
             raise cannot(path, f"{reason}, and its {nbytes} bytes exceed max_inline={self.max_inline}")
         try:
-            data = np.asarray(ds[()], dtype=dt)
+            data = np.asarray(ds.read(()), dtype=dt)
+        except NotNative:
+            raise
         except Exception as e:  # h5py lacks the filter plugin, or the data is unreadable
             reason = f"{why}; h5py" if why else "h5py"
             raise cannot(path, f"{reason} cannot read it ({type(e).__name__}: {e})") from e
@@ -348,7 +358,9 @@ class _Scanner:
     def vlen_strings(self, ds: Any, path: str, shape: tuple[int, ...], attrs: dict[str, Any],
                      dims: list[str]) -> None:
         try:
-            data = ds.asstr()[()] if shape else np.asarray(ds.asstr()[()], dtype=object)
+            data = ds.read_strings() if shape else np.asarray(ds.read_strings(), dtype=object)
+        except NotNative:
+            raise
         except Exception as e:
             raise cannot(path, f"its variable-length strings cannot be read ({type(e).__name__}: {e})") from e
         data = np.asarray(data, dtype=object)
@@ -360,6 +372,148 @@ class _Scanner:
         self.out.array(path, shape=shape, chunks=shape, dtype=np.dtype(object), fill_value=None,
                        filters=filters, attrs=attrs, dims=dims,
                        inline={0: encode_chunk(data, filters)})
+
+
+class _H5Node:
+    """A group or dataset as the scanner asks for it, through h5py (the native reader's
+    ``_h5native.NativeNode`` answers the same questions from the file's bytes)."""
+
+    def __init__(self, obj: Any) -> None:
+        import h5py
+
+        self.obj = obj
+        self.key = obj.id
+        self.is_group = isinstance(obj, h5py.Group)
+        self.is_dataset = isinstance(obj, h5py.Dataset)
+
+    def links(self) -> list[tuple[str, str, Any, str]]:
+        """(name, "hard"/"soft"/"external", node or None, external target) per link."""
+        import h5py
+
+        grp = self.obj
+        links = grp.id.links
+        out = []
+        for name in grp:
+            bname = name.encode()
+            kind = links.get_info(bname).type
+            if kind == h5py.h5l.TYPE_EXTERNAL:
+                link = grp.get(name, getlink=True)
+                out.append((name, "external", None, f"{link.filename}:{link.path}"))
+                continue
+            if kind == h5py.h5l.TYPE_HARD:  # opened below h5py's high level (3x faster)
+                oid = h5py.h5o.open(grp.id, bname)
+                obj = (h5py.Dataset(oid) if isinstance(oid, h5py.h5d.DatasetID) else
+                       h5py.Group(oid) if isinstance(oid, h5py.h5g.GroupID) else None)
+            else:
+                obj = grp.get(name)
+            node = _H5Node(obj) if isinstance(obj, h5py.Group | h5py.Dataset) else None
+            out.append((name, "hard" if kind == h5py.h5l.TYPE_HARD else "soft", node, ""))
+        return out
+
+    def attrs(self, skip: frozenset[str]) -> dict[str, Any]:
+        """The attributes but those in ``skip`` (not read), an unreadable one as its exception."""
+        a = self.obj.attrs
+        d: dict[str, Any] = {}
+        for name in a:
+            if name in skip:
+                continue
+            try:
+                d[name] = a[name]
+            except Exception as e:  # e.g. an attribute of a type h5py cannot read
+                d[name] = e
+        return d
+
+    # -- datasets ---------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.obj.shape
+
+    @property
+    def maxshape(self) -> tuple[int | None, ...]:
+        return self.obj.maxshape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.obj.dtype
+
+    @property
+    def chunks(self) -> tuple[int, ...] | None:
+        return self.obj.chunks
+
+    @property
+    def fillvalue(self) -> Any:
+        return self.obj.fillvalue
+
+    @property
+    def offset(self) -> int | None:
+        return self.obj.id.get_offset()
+
+    def _plist(self) -> Any:
+        p = getattr(self, "_pl", None)
+        if p is None:
+            p = self._pl = self.obj.id.get_create_plist()
+        return p
+
+    @property
+    def external(self) -> bool:
+        return bool(self._plist().get_external_count())
+
+    @property
+    def layout(self) -> str:
+        import h5py
+
+        lay = self._plist().get_layout()
+        return {h5py.h5d.COMPACT: "compact", h5py.h5d.CONTIGUOUS: "contiguous",
+                h5py.h5d.CHUNKED: "chunked", h5py.h5d.VIRTUAL: "virtual"}.get(lay, str(lay))
+
+    @property
+    def filters(self) -> list[tuple[int, tuple[int, ...], str]]:
+        p = self._plist()
+        out = []
+        for i in range(p.get_nfilters()):
+            code, _flags, values, name = p.get_filter(i)
+            out.append((int(code), tuple(int(v) for v in values),
+                        name.decode(errors="replace") if name else ""))
+        return out
+
+    def chunk_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(positions n x rank, filter masks, byte offsets, sizes) of the stored chunks."""
+        pos_l: list[tuple[int, ...]] = []
+        mask_l: list[int] = []
+        off_l: list[int] = []
+        len_l: list[int] = []
+
+        def one(s: Any, p: Any = pos_l.append, m: Any = mask_l.append, o: Any = off_l.append,
+                n: Any = len_l.append) -> None:
+            p(s.chunk_offset)
+            m(s.filter_mask)
+            o(s.byte_offset)
+            n(s.size)
+
+        self.obj.id.chunk_iter(one)
+        rank = len(self.obj.shape)
+        pos = np.fromiter((i for t in pos_l for i in t), np.int64, len(pos_l) * rank).reshape(len(pos_l), rank)
+        return (pos, np.array(mask_l, np.int64), np.array(off_l, np.int64), np.array(len_l, np.int64))
+
+    def deref(self, ref: Any) -> Any:
+        import h5py
+
+        return h5py.h5r.dereference(ref, self.obj.id)
+
+    def ref_name(self, ref: Any) -> str:
+        return self.obj.file[ref].name or ""
+
+    def read(self, sel: Any) -> Any:
+        return self.obj[sel]
+
+    def read_strings(self) -> Any:
+        return self.obj.asstr()[()]
+
+
+def _is_vlen_str(dt: np.dtype) -> bool:
+    import h5py
+
+    return dt.kind == "O" and h5py.check_string_dtype(dt) is not None
 
 
 def _extent(ds: Any, axis: int) -> tuple[int, bool]:

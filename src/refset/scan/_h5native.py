@@ -1,0 +1,178 @@
+"""The scanner's view of an HDF5 file read natively (``_h5meta``): groups, datasets and attributes
+as ``hdf5._Scanner`` asks for them, with h5py's values and types. Whatever would need data reads
+(compact data, variable-length string data, re-encoding) or is not understood raises ``NotNative``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _h5meta as m
+from ._h5meta import UNDEF, NotNative, _need
+
+__all__ = ["NotNative", "open_native"]
+
+
+def open_native(f: Any, size: int, start: int, group: str | None) -> NativeNode:
+    h5 = m.H5File(f, size, start)
+    node = NativeNode(h5, h5.root)
+    for part in (group or "").strip("/").split("/"):
+        if part:
+            found = [c for n, _k, c, _t in node.links() if n == part]
+            _need(len(found) == 1 and found[0].is_group, "group option")
+            node = found[0]
+    _need(node.is_group, "root is not a group")
+    return node
+
+
+class NativeNode:
+    def __init__(self, h5: m.H5File, addr: int) -> None:
+        self.h5, self.key = h5, addr
+        self.hdr = h5.header(addr)
+        self.is_group = any(t in (0x02, 0x06, 0x11) for t, *_ in self.hdr.msgs)
+        self.is_dataset = self.hdr.find(0x08) is not None
+        _need(self.is_group != self.is_dataset, "neither group nor dataset")
+        if self.is_dataset:
+            self._dataset()
+
+    # -- groups -----------------------------------------------------------------------------------
+    def links(self) -> list[tuple[str, str, Any, str]]:
+        """(name, "hard", node, "") per link, in h5py's (name) order."""
+        st = self.hdr.find(0x11)
+        info = self.hdr.find(0x02)
+        if st is not None:
+            _need(info is None and not self.hdr.all(0x06), "mixed group storage")
+            btree, heap = np.frombuffer(st, "<u8", 2).tolist()
+            pairs = self.h5.symbol_table_links(btree, heap)
+        else:
+            _need(info is None or m.dense_address(info, 8) == UNDEF, "dense link storage")
+            pairs = [m.link(b) for _o, b in self.hdr.all(0x06)]
+        names = [p[0] for p in pairs]
+        _need(len(set(names)) == len(names), "duplicate link names")
+        out = []
+        for bname, addr in sorted(pairs):
+            try:
+                name = bname.decode()
+            except UnicodeDecodeError:
+                raise NotNative("link name not UTF-8") from None
+            out.append((name, "hard", NativeNode(self.h5, addr), ""))
+        return out
+
+    # -- attributes -------------------------------------------------------------------------------
+    def attrs(self, skip: frozenset[str]) -> dict[str, Any]:
+        info = self.hdr.find(0x15)
+        _need(info is None or m.dense_address(info, 1) == UNDEF, "dense attribute storage")
+        items = []
+        for order, body in self.hdr.all(0x0C):
+            name, dt, sp, data = m.attribute(body)
+            items.append((order if self.hdr.track_attr_order else 0, name, dt, sp, data))
+        items.sort(key=lambda x: (x[0], x[1]))
+        if self.hdr.track_attr_order:
+            _need(len({x[0] for x in items}) == len(items), "attribute creation order")
+        out: dict[str, Any] = {}
+        for _o, bname, dt, sp, data in items:
+            try:
+                name = bname.decode()
+            except UnicodeDecodeError:
+                raise NotNative("attribute name not UTF-8") from None
+            _need(name not in out, "duplicate attribute")
+            if name in skip:
+                continue
+            out[name] = self._value(dt, sp, data)
+        return out
+
+    def _value(self, dtmsg: bytes, spmsg: bytes, data: bytes) -> Any:
+        t = m.datatype(dtmsg)
+        space = m.dataspace(spmsg)
+        _need(space is not None, "null dataspace attribute")
+        shape = space[0]  # type: ignore[index]
+        n = int(np.prod(shape, dtype=np.int64))
+        _need(0 < n and n * t.size <= len(data), "attribute data")
+        if t.kind == "num":
+            arr = np.frombuffer(data, t.dtype, n).reshape(shape).copy()
+            return arr[()] if not shape else arr
+        if t.kind == "str":
+            arr = np.frombuffer(data, t.dtype, n).reshape(shape).copy()
+            for x in arr.reshape(-1).tolist():
+                _need(b"\0" not in x, "string with an embedded null")
+            return arr[()] if not shape else arr
+        recs = np.frombuffer(data, np.dtype([("n", "<u4"), ("addr", "<u8"), ("idx", "<u4")]), n)
+        vals: list[Any] = []
+        for count, addr, idx in recs.tolist():
+            if t.kind == "vstr":
+                _need(count > 0, "empty or null vlen string")
+                raw = self.h5.global_object(addr, idx)
+                _need(len(raw) >= count, "vlen string length")
+                raw = raw[:count]
+                _need(b"\0" not in raw and (t.cset == 1 or raw.isascii()), "vlen string bytes")
+                try:
+                    vals.append(raw.decode())
+                except UnicodeDecodeError:
+                    raise NotNative("vlen string not UTF-8") from None
+            else:
+                if count == 0:
+                    vals.append(np.zeros(0, np.uint64))
+                    continue
+                raw = self.h5.global_object(addr, idx)
+                _need(len(raw) >= 8 * count, "reference list length")
+                vals.append(np.frombuffer(raw, "<u8", count).copy())
+        if t.kind == "vstr":
+            if not shape:
+                return vals[0]
+            out = np.empty(n, object)
+            out[:] = vals
+            return out.reshape(shape)
+        _need(len(shape) == 1, "DIMENSION_LIST shape")
+        return vals
+
+    # -- datasets ---------------------------------------------------------------------------------
+    def _dataset(self) -> None:
+        h = self.hdr
+        sp, dt, lay = h.find(0x01), h.find(0x03), h.find(0x08)
+        _need(sp is not None and dt is not None, "dataset without space or type")
+        space = m.dataspace(sp)  # type: ignore[arg-type]
+        _need(space is not None, "null dataspace dataset")
+        self.shape, self.maxshape = space  # type: ignore[misc]
+        t = m.datatype(dt)  # type: ignore[arg-type]
+        _need(t.kind in ("num", "str"), "dataset type")
+        self.dtype = t.dtype
+        pipe = h.find(0x0B)
+        self.filters = m.filters(pipe) if pipe is not None else []
+        raw = m.fill_value(h.find(0x04), h.find(0x05))
+        _need(raw is None or len(raw) == t.size, "fill value size")
+        self.fillvalue = (np.frombuffer(raw, t.dtype, 1) if raw is not None else np.zeros(1, t.dtype))[0]
+        self.external = False
+        kind, info = m.layout(lay)  # type: ignore[arg-type]
+        self.layout = kind
+        self.chunks = None
+        self.offset = None
+        if kind == "contiguous":
+            addr, size = info
+            _need(not self.filters, "filters on contiguous data")
+            if addr != UNDEF:
+                nbytes = int(np.prod(self.shape, dtype=np.int64)) * t.size
+                _need(size == nbytes and self.h5.base + addr + size <= self.h5.size, "contiguous extent")
+                self.offset = self.h5.base + addr
+        else:
+            self._btree, chunks, elsize = info
+            _need(elsize == t.size and len(chunks) == len(self.shape) and all(chunks), "chunk shape")
+            self.chunks = chunks
+
+    def chunk_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        if self._btree == UNDEF:
+            z = np.zeros(0, np.int64)
+            return np.zeros((0, len(self.shape)), np.int64), z, z, z
+        return self.h5.chunk_btree(self._btree, len(self.shape))
+
+    def deref(self, ref: Any) -> Any:
+        return int(ref)
+
+    def ref_name(self, ref: Any) -> str:
+        raise NotNative("dimension scale outside the scanned group")
+
+    def read(self, sel: Any) -> np.ndarray:
+        raise NotNative("data read")
+
+    def read_strings(self) -> Any:
+        raise NotNative("data read")

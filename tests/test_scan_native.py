@@ -1,0 +1,234 @@
+"""The native HDF5 metadata reader (scan/_h5native.py) against the h5py path: for every corpus file
+and files made here, the scan through the native reader equals the scan through h5py (every key,
+every byte range, every inlined byte), and the files the native reader supports do not fall back.
+Corrupted metadata never gives a different set: the native reader falls back (or both raise)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import refset
+from refset.scan import hdf5 as H
+
+h5py = pytest.importorskip("h5py")
+
+from .conftest import CORPUS  # noqa: E402
+
+# Corpus files the native reader must take (no fallback): netCDF-C/h5py files of the supported kinds.
+NATIVE_CORPUS = {
+    "nc_test4_ref_hdf5_compat2.nc", "nc_test4_ref_tst_dims.nc", "nc_test4_tdset.h5",
+    "nc_test_f03tst_open_mem.nc", "ncdump_ref_no_ncproperty.nc", "ncdump_ref_provenance_v1.nc",
+    "issue1152.nc", "chunked.hdf5", "compressed.hdf5", "compressed_v1.hdf5", "dataset_datatypes.hdf5",
+    "dataset_multidim.hdf5", "dim_scales.hdf5", "earliest.hdf5", "fillvalue_earliest.hdf5",
+    "fillvalue_latest.hdf5", "filter_pipeline_v2.hdf5", "fletcher32.hdf5", "groups.hdf5",
+    "issue23_A.nc", "issue23_A_contiguous.nc", "latest.hdf5", "netcdf4_classic.nc", "resizable.hdf5",
+    "test_ds_non_datetime_time.nc", "empty-test.h5", "hdf5_compression_zstd.h5",
+    "hdf5_mini_zstd.h5", "hdf5_mini_shuffle_zstd.h5", "hdf5_compression_blosc_lz4_bitshuffle.h5",
+}
+
+
+def _scan(path: Path, native: bool, **kw) -> tuple[str, object, int]:
+    """("ok", set as a dict, fallbacks) or ("error", message, fallbacks)."""
+    H.native_enabled = native
+    before = H.native_fallbacks
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out: tuple[str, object] = ("ok", refset.scan(str(path), **kw).to_dict())
+    except Exception as e:
+        out = ("error", f"{type(e).__name__}: {e}")
+    finally:
+        H.native_enabled = True
+    return (*out, H.native_fallbacks - before)
+
+
+def check_same(path: Path, *, must_be_native: bool, **kw) -> None:
+    kind, got, fallbacks = _scan(path, True, **kw)
+    want_kind, want, _ = _scan(path, False, **kw)
+    assert (kind, got) == (want_kind, want), f"{path.name}: native scan differs from h5py's"
+    if must_be_native:
+        assert fallbacks == 0, f"{path.name}: fell back to h5py ({H.native_last_reason})"
+
+
+def _hdf5_corpus() -> list[Path]:
+    if not (CORPUS / "MANIFEST.md").exists():
+        return []
+    out = []
+    for p in sorted(CORPUS.glob("samples/*/*")) + sorted(CORPUS.glob("kerchunk-fixtures/*")):
+        with open(p, "rb") as f:
+            head = f.read(8)
+        if head[:3] != b"CDF" and h5py.is_hdf5(p):
+            out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("path", _hdf5_corpus() or [pytest.param(None, marks=pytest.mark.skip(
+    reason=f"shared corpus not found at {CORPUS}"))], ids=lambda p: p.name if p else "no-corpus")
+def test_corpus_native_equals_h5py(path: Path) -> None:
+    check_same(path, must_be_native=path.name in NATIVE_CORPUS)
+
+
+def test_bench_corpus_goes_native() -> None:
+    files = sorted(Path("/work/bench-data/corpus30").glob("*.nc"))[:3]
+    if not files:
+        pytest.skip("bench corpus /work/bench-data/corpus30 not present")
+    for p in files:
+        check_same(p, must_be_native=True)
+
+
+def _h5py_file(path: Path, libver: str, order: str, track: bool, n_attrs: int, n_links: int) -> None:
+    with h5py.File(path, "w", libver=(libver, "latest"), track_order=track) as f:
+        f.attrs["title"] = "made by h5py"
+        f.attrs["count"] = np.int16(3)
+        f.attrs["fixed"] = np.bytes_(b"abc")
+        f.attrs["array"] = np.arange(4, dtype=f"{order}f8")
+        for i in range(n_attrs):
+            f.attrs[f"a{i:02d}"] = np.array([i], dtype=f"{order}i4")
+        x = f.create_dataset("x", data=np.arange(10, dtype=f"{order}f4"))
+        x.make_scale("x")
+        t = f.create_dataset("t", shape=(0,), maxshape=(None,), chunks=(4,), dtype=f"{order}i8")
+        t.make_scale("t")
+        v = f.create_dataset("v", data=np.arange(60, dtype=f"{order}i4").reshape(6, 10), chunks=(4, 3),
+                             compression="gzip", shuffle=True, fillvalue=-1)
+        v.dims[1].attach_scale(x)
+        v.attrs["units"] = "K"
+        v.attrs["valid"] = np.array([0, 100], dtype=f"{order}u2")
+        f.create_dataset("partial", shape=(20,), chunks=(5,), dtype=f"{order}f8", fillvalue=np.nan)[:5] = 1.0
+        f.create_dataset("scalar", data=np.float32(2.5))
+        f.create_dataset("f32", data=np.arange(6, dtype="f4"), fletcher32=True, chunks=(3,))
+        f.create_dataset("empty", shape=(3, 4), dtype=f"{order}u1")
+        if libver != "earliest":
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_layout(h5py.h5d.COMPACT)
+            f.create_dataset("compact", data=np.arange(4, dtype="i2"), dcpl=dcpl)
+        f.create_dataset("text", data=np.array([b"ab", b"cde"], dtype="S3"))
+        g = f.create_group("g")
+        g.attrs["name"] = "group"
+        g.create_dataset("w", data=np.ones((3, 10), f"{order}f4")).dims[1].attach_scale(x)
+        for i in range(n_links):
+            g.create_dataset(f"d{i:02d}", data=np.full(2, i, "u1"))
+        f["g/hard_again"] = f["v"]
+
+
+@pytest.mark.parametrize("libver", ["earliest", "v108", "latest"])
+@pytest.mark.parametrize("order", ["<", ">"])
+@pytest.mark.parametrize("track", [False, True])
+@pytest.mark.parametrize("many", [False, True])
+def test_h5py_files(tmp_path: Path, libver: str, order: str, track: bool, many: bool) -> None:
+    p = tmp_path / "f.h5"
+    _h5py_file(p, libver, order, track, 12 if many else 2, 12 if many else 2)
+    # compact data is read through h5py (fallback); dense storage (many) is not native yet
+    check_same(p, must_be_native=False)
+
+
+def _netcdf4_file(path: Path, n_attrs: int, fmt: str = "NETCDF4") -> None:
+    netCDF4 = pytest.importorskip("netCDF4")
+    with netCDF4.Dataset(path, "w", format=fmt) as ds:
+        ds.title = "made by netCDF4"
+        ds.createDimension("time", None)
+        ds.createDimension("lat", 5)
+        ds.createDimension("lon", 8)
+        t = ds.createVariable("time", "f8", ("time",))
+        t.units = "days since 2000-01-01"
+        t[:] = np.arange(3)
+        lat = ds.createVariable("lat", "f4", ("lat",))
+        lat[:] = np.linspace(-10, 10, 5)
+        v = ds.createVariable("v", "i2", ("time", "lat", "lon"), zlib=True, shuffle=True,
+                              fill_value=np.int16(-999), chunksizes=(1, 5, 4))
+        v.scale_factor = 0.5
+        v.long_name = "a variable"
+        for i in range(n_attrs):
+            setattr(v, f"extra{i}", i)
+        v[:2] = np.arange(80).reshape(2, 5, 8)
+        ds.createVariable("nofill", "f4", ("lat", "lon"), fill_value=False)
+        be = ds.createVariable("be", "f8", ("lon",), endian="big")
+        be[:] = np.arange(8)
+        s = ds.createVariable("s", "i4")
+        s.comment = "scalar"
+        s.assignValue(7)
+        if fmt == "NETCDF4":
+            g = ds.createGroup("sub")
+            g.createDimension("n", 3)
+            w = g.createVariable("w", "u1", ("n", "lat"))
+            w[:] = 1
+            w.flags = np.array([1, 2], "u1")
+
+
+@pytest.mark.parametrize("fmt", ["NETCDF4", "NETCDF4_CLASSIC"])
+def test_netcdf4_files_go_native(tmp_path: Path, fmt: str) -> None:
+    p = tmp_path / "f.nc"
+    _netcdf4_file(p, 0, fmt)
+    check_same(p, must_be_native=True)
+    if fmt == "NETCDF4":  # its dimension lat is outside the group: named through h5py (fallback)
+        check_same(p, must_be_native=False, group="sub")
+    check_same(p, must_be_native=True, inline_threshold=0, drop_variables=["lat"])
+
+
+def test_netcdf4_dense_attributes_equal(tmp_path: Path) -> None:
+    p = tmp_path / "f.nc"
+    _netcdf4_file(p, 12)
+    check_same(p, must_be_native=False)
+
+
+def test_user_block(tmp_path: Path) -> None:
+    p = tmp_path / "ub.h5"
+    with h5py.File(p, "w", userblock_size=1024, libver="earliest") as f:
+        f.create_dataset("v", data=np.arange(10), chunks=(4,))
+        f.create_dataset("c", data=np.arange(10))
+    check_same(p, must_be_native=True)
+
+
+def _h5py_scan_in_child(path: Path) -> tuple[str, object] | None:
+    """The h5py path's answer in a child process (libhdf5 can hang on corrupt files); None if it
+    takes more than 30 s."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys, warnings; warnings.simplefilter('ignore'); import refset; "
+            "from refset.scan import hdf5 as H; H.native_enabled = False\n"
+            "try:\n    print(json.dumps(['ok', refset.scan(sys.argv[1]).to_dict()], default=repr))\n"
+            "except Exception as e:\n    print(json.dumps(['error', f'{type(e).__name__}: {e}']))")
+    try:
+        r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return None
+    kind, value = json.loads(r.stdout)
+    return kind, value
+
+
+def test_corrupt_metadata_never_gives_a_different_set(tmp_path: Path) -> None:
+    """Flip one byte at a time across the file's metadata (every 7th byte outside the data): the
+    native scan falls back (h5py's answer, by construction), raises, or returns the uncorrupted
+    file's set (the byte does not matter to the set); where it returns anything else, h5py (in a
+    child process: libhdf5 can hang on such files) must return that same set."""
+    import json
+
+    p = tmp_path / "f.nc"
+    _netcdf4_file(p, 0)
+    good = p.read_bytes()
+    clean = refset.scan(str(p), inline_threshold=0).to_dict()
+    want_clean = _scan(p, True)[:2]
+    data = set()
+    for v in clean.values():
+        if isinstance(v, list) and len(v) == 3:
+            data.update(range(v[1], v[1] + v[2]))
+    positions = [i for i in range(0, len(good), 7) if i not in data]
+    assert len(positions) > 100
+    differs = []
+    q = tmp_path / "bad.nc"
+    for i in positions:
+        bad = bytearray(good)
+        bad[i] ^= 0x5A
+        q.write_bytes(bytes(bad))
+        kind, got, fallbacks = _scan(q, True)
+        if fallbacks or kind == "error" or (kind, got) == want_clean:
+            continue
+        other = _h5py_scan_in_child(q)
+        if other is None or other != (kind, json.loads(json.dumps(got, default=repr))):
+            differs.append(i)
+    assert not differs, f"native scan differs from h5py's after flipping bytes at {differs[:10]}"
