@@ -163,7 +163,14 @@ class NativeNode:
         if self._btree == UNDEF:
             z = np.zeros(0, np.int64)
             return np.zeros((0, len(self.shape)), np.int64), z, z, z
-        return self.h5.chunk_btree(self._btree, len(self.shape))
+        pos, mask, off, size = self.h5.chunk_btree(self._btree, len(self.shape))
+        chunks = np.array(self.chunks, np.int64)
+        grid = -(-np.array(self.shape, np.int64) // chunks)
+        idx = pos // chunks
+        _need(bool((pos % chunks == 0).all() and (idx < grid).all()), "chunk position")
+        flat = np.ravel_multi_index(tuple(idx.T), tuple(grid.tolist())) if len(pos) else idx[:, 0]
+        _need(len(np.unique(flat)) == len(flat), "chunk listed twice")
+        return pos, mask, off, size
 
     def deref(self, ref: Any) -> Any:
         return int(ref)
