@@ -28,6 +28,10 @@ NATIVE_CORPUS = {
     "issue23_A.nc", "issue23_A_contiguous.nc", "latest.hdf5", "netcdf4_classic.nc", "resizable.hdf5",
     "test_ds_non_datetime_time.nc", "empty-test.h5", "hdf5_compression_zstd.h5",
     "hdf5_mini_zstd.h5", "hdf5_mini_shuffle_zstd.h5", "hdf5_compression_blosc_lz4_bitshuffle.h5",
+    # dense links or attributes (fractal heap + v2 B-tree)
+    "nc_test4_ref_tst_interops4.nc", "20171025_2056.Cloud_Top_Height.nc",
+    "issue23_B.nc", "new_style_groups.hdf5", "test_ds_netcdf4_full_time.nc", "test_ds_netcdf4_group.nc",
+    "test_ds_netcdf4_split_time1.nc", "test_ds_netcdf4_split_time2.nc", "basin_mask.nc",
 }
 
 
@@ -80,7 +84,8 @@ def test_bench_corpus_goes_native() -> None:
         check_same(p, must_be_native=True)
 
 
-def _h5py_file(path: Path, libver: str, order: str, track: bool, n_attrs: int, n_links: int) -> None:
+def _h5py_file(path: Path, libver: str, order: str, track: bool, n_attrs: int, n_links: int,
+               compact: bool = False) -> None:
     with h5py.File(path, "w", libver=(libver, "latest"), track_order=track) as f:
         f.attrs["title"] = "made by h5py"
         f.attrs["count"] = np.int16(3)
@@ -101,7 +106,7 @@ def _h5py_file(path: Path, libver: str, order: str, track: bool, n_attrs: int, n
         f.create_dataset("scalar", data=np.float32(2.5))
         f.create_dataset("f32", data=np.arange(6, dtype="f4"), fletcher32=True, chunks=(3,))
         f.create_dataset("empty", shape=(3, 4), dtype=f"{order}u1")
-        if libver != "earliest":
+        if compact:
             dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
             dcpl.set_layout(h5py.h5d.COMPACT)
             f.create_dataset("compact", data=np.arange(4, dtype="i2"), dcpl=dcpl)
@@ -110,19 +115,27 @@ def _h5py_file(path: Path, libver: str, order: str, track: bool, n_attrs: int, n
         g.attrs["name"] = "group"
         g.create_dataset("w", data=np.ones((3, 10), f"{order}f4")).dims[1].attach_scale(x)
         for i in range(n_links):
-            g.create_dataset(f"d{i:02d}", data=np.full(2, i, "u1"))
+            g.create_dataset(f"d{i:02d}", data=np.full(2, i % 256, "u1"))
         f["g/hard_again"] = f["v"]
 
 
 @pytest.mark.parametrize("libver", ["earliest", "v108", "latest"])
 @pytest.mark.parametrize("order", ["<", ">"])
 @pytest.mark.parametrize("track", [False, True])
-@pytest.mark.parametrize("many", [False, True])
-def test_h5py_files(tmp_path: Path, libver: str, order: str, track: bool, many: bool) -> None:
+@pytest.mark.parametrize("many", [2, 12, 300])
+def test_h5py_files(tmp_path: Path, libver: str, order: str, track: bool, many: int) -> None:
+    """2: compact links and attributes; 12: dense (from v1.8 on), one heap block, one B-tree leaf;
+    300: a heap with an indirect root block and a name index of depth 1."""
     p = tmp_path / "f.h5"
-    _h5py_file(p, libver, order, track, 12 if many else 2, 12 if many else 2)
-    # compact data is read through h5py (fallback); dense storage (many) is not native yet
+    _h5py_file(p, libver, order, track, many, many)
+    check_same(p, must_be_native=libver != "latest")  # latest: layout v4 (new chunk indexes), h5py
+
+
+def test_compact_data_falls_back_to_h5py(tmp_path: Path) -> None:
+    p = tmp_path / "f.h5"
+    _h5py_file(p, "latest", "<", False, 2, 2, compact=True)
     check_same(p, must_be_native=False)
+    assert "layout class 0" in H.native_last_reason
 
 
 def _netcdf4_file(path: Path, n_attrs: int, fmt: str = "NETCDF4") -> None:
@@ -171,7 +184,7 @@ def test_netcdf4_files_go_native(tmp_path: Path, fmt: str) -> None:
 def test_netcdf4_dense_attributes_equal(tmp_path: Path) -> None:
     p = tmp_path / "f.nc"
     _netcdf4_file(p, 12)
-    check_same(p, must_be_native=False)
+    check_same(p, must_be_native=True)
 
 
 def test_user_block(tmp_path: Path) -> None:

@@ -38,20 +38,30 @@ class NativeNode:
 
     # -- groups -----------------------------------------------------------------------------------
     def links(self) -> list[tuple[str, str, Any, str]]:
-        """(name, "hard", node, "") per link, in h5py's (name) order."""
+        """(name, "hard", node, "") per link, in h5py's order: creation order where the group
+        tracks it, else by name."""
         st = self.hdr.find(0x11)
         info = self.hdr.find(0x02)
         if st is not None:
             _need(info is None and not self.hdr.all(0x06), "mixed group storage")
             btree, heap = np.frombuffer(st, "<u8", 2).tolist()
-            pairs = self.h5.symbol_table_links(btree, heap)
+            pairs = [(name, addr, None) for name, addr in self.h5.symbol_table_links(btree, heap)]
         else:
-            _need(info is None or m.dense_address(info, 8) == UNDEF, "dense link storage")
             pairs = [m.link(b) for _o, b in self.hdr.all(0x06)]
+            heap, index = m.dense_address(info, 8) if info is not None else (UNDEF, UNDEF)
+            if heap != UNDEF:
+                _need(not pairs, "links both compact and dense")
+                pairs = [m.link(b) for _o, b in m.dense_messages(self.h5, heap, index, 5)]
         names = [p[0] for p in pairs]
         _need(len(set(names)) == len(names), "duplicate link names")
+        if info is not None and info[1] & 0x01:  # creation order tracked
+            orders = [p[2] for p in pairs]
+            _need(None not in orders and len(set(orders)) == len(orders), "link creation order")
+            pairs.sort(key=lambda p: p[2])
+        else:
+            pairs.sort()
         out = []
-        for bname, addr in sorted(pairs):
+        for bname, addr, _order in pairs:
             try:
                 name = bname.decode()
             except UnicodeDecodeError:
@@ -62,9 +72,13 @@ class NativeNode:
     # -- attributes -------------------------------------------------------------------------------
     def attrs(self, skip: frozenset[str]) -> dict[str, Any]:
         info = self.hdr.find(0x15)
-        _need(info is None or m.dense_address(info, 1) == UNDEF, "dense attribute storage")
+        messages = self.hdr.all(0x0C)
+        heap, index = m.dense_address(info, 1) if info is not None else (UNDEF, UNDEF)
+        if heap != UNDEF:
+            _need(not messages, "attributes both compact and dense")
+            messages = m.dense_messages(self.h5, heap, index, 8)
         items = []
-        for order, body in self.hdr.all(0x0C):
+        for order, body in messages:
             name, dt, sp, data = m.attribute(body)
             items.append((order if self.hdr.track_attr_order else 0, name, dt, sp, data))
         items.sort(key=lambda x: (x[0], x[1]))
