@@ -275,3 +275,73 @@ def test_metadata_checksum_matches_libhdf5s_on_every_tail_length() -> None:
     for n in [*range(1, 40), 4096, 4097]:
         data = os.urandom(n)
         assert m.lookup3(data) == c(data) == m.checksum(data), n
+
+
+def test_reference_attributes_other_than_dimension_list_fall_back(tmp_path: Path) -> None:
+    """h5py gives reference objects for them, not the addresses the file holds."""
+    p = tmp_path / "refs.h5"
+    with h5py.File(p, "w", libver="earliest") as f:
+        x = f.create_dataset("x", data=np.arange(3.0))
+        y = f.create_dataset("y", data=np.arange(3.0))
+        refs = np.empty(2, object)
+        refs[0] = np.array([x.ref], dtype=h5py.ref_dtype)
+        refs[1] = np.array([x.ref, y.ref], dtype=h5py.ref_dtype)
+        y.attrs.create("myrefs", refs, dtype=h5py.vlen_dtype(h5py.ref_dtype))
+        y.attrs["one_ref"] = x.ref
+    check_same(p, must_be_native=False)
+    assert "attribute type" in H.native_last_reason
+
+
+def _amplified(tmp_path: Path, kind: str) -> Path:
+    """A small file whose group B-tree (``kind`` "group") or chunk B-tree ("chunks") lists the
+    same or overlapping nodes over and over: 1000 x 1000 group entries from 58 KB, 200 leaves of
+    20,000 claimed chunks from 0.66 MB."""
+    import struct
+
+    from refset.scan import _h5meta as m
+
+    src = tmp_path / "src.h5"
+    with h5py.File(src, "w", libver="earliest") as f:
+        f.create_dataset("v", data=np.arange(8.0), chunks=(4,))
+    buf = bytearray(src.read_bytes())
+    with open(src, "rb") as fh:
+        h5 = m.H5File(fh, len(buf), 0)
+        root = m.Header(h5, h5.root)
+        st = root.find(0x11)
+        btree = struct.unpack("<QQ", st)[0]
+        layout = m.Header(h5, h5.symbol_table_links(*struct.unpack("<QQ", st))[0][1]).find(0x08)
+    if kind == "group":
+        snod = struct.unpack_from("<Q", buf, btree + 24 + 8)[0]
+        entry = bytes(buf[snod + 8:snod + 48])
+        new_snod = len(buf)
+        buf += b"SNOD\x01\x00" + struct.pack("<H", 1000) + entry * 1000
+        new_tree = len(buf)
+        buf += b"TREE\x00\x00" + struct.pack("<H", 1000) + struct.pack("<QQ", m.UNDEF, m.UNDEF)
+        buf += struct.pack("<Q", 0) + b"".join(struct.pack("<QQ", new_snod, 0) for _ in range(1000))
+        i = 0
+        while (i := buf.find(st, i)) >= 0:  # the root's header and the superblock's cached copy
+            struct.pack_into("<Q", buf, i, new_tree)
+            i += 1
+    else:
+        n_inner, n_leaf = 200, 20_000
+        inner = len(buf)
+        leaves = inner + 24 + 32 * n_inner + 40
+        buf += b"TREE\x01\x01" + struct.pack("<H", n_inner) + struct.pack("<QQ", m.UNDEF, m.UNDEF)
+        buf += b"".join(struct.pack("<IIQQQ", 0, 0, 0, 0, leaves + 32 * k) for k in range(n_inner)) + b"\0" * 40
+        region = bytearray(32 * (n_inner + n_leaf) + 64)
+        for k in range(n_inner):
+            region[32 * k:32 * k + 8] = b"TREE\x01\x00" + struct.pack("<H", n_leaf)
+        buf += region
+        struct.pack_into("<Q", buf, buf.find(layout) + 3, inner)
+    out = tmp_path / f"{kind}.h5"
+    out.write_bytes(bytes(buf))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["group", "chunks"])
+def test_amplifying_b_trees_are_declined_without_reading_them_out(tmp_path: Path, kind: str) -> None:
+    """Reading more metadata than twice the file's size ends the native pass (before, these took
+    215 MB and 455 MB, and ~100 GB at the format's maxima from a 4 MB file)."""
+    p = _amplified(tmp_path, kind)
+    with open(p, "rb") as f, pytest.raises(H.NotNative, match="read more than twice over"):
+        H._scan_native(f, str(p), 0, None, set(), None, H.MAX_INLINE)

@@ -10,6 +10,7 @@ file through h5py, so this module never has to be right about what it does not f
 
 from __future__ import annotations
 
+import bisect
 import struct
 from typing import Any
 
@@ -108,6 +109,10 @@ class H5File:
 
     def __init__(self, f: Any, size: int, start: int) -> None:
         self.f, self.size = f, size
+        # Every structure is read once in a sound file, so reading more than this is a loop or an
+        # amplification (overlapping nodes, repeated continuations) in a hostile one.
+        self._budget = 2 * size + (1 << 20)
+        self._headers: dict[int, Header] = {}
         self._heaps: dict[int, bytes] = {}
         self._gcols: dict[int, dict[int, bytes]] = {}
         sb = self._raw(start, 48)
@@ -135,6 +140,8 @@ class H5File:
     # -- bytes ------------------------------------------------------------------------------------
     def _raw(self, pos: int, n: int) -> bytes:
         _need(0 <= pos and n >= 0 and pos + n <= self.size, "read past the end of the file")
+        self._budget -= n
+        _need(self._budget >= 0, "metadata read more than twice over")
         self.f.seek(pos)
         data = self.f.read(n)
         _need(len(data) == n, "short read")
@@ -146,7 +153,10 @@ class H5File:
 
     # -- object headers ---------------------------------------------------------------------------
     def header(self, addr: int) -> Header:
-        return Header(self, addr)
+        h = self._headers.get(addr)
+        if h is None:
+            h = self._headers[addr] = Header(self, addr)
+        return h
 
     # -- heaps ------------------------------------------------------------------------------------
     def local_heap(self, addr: int) -> bytes:
@@ -493,7 +503,7 @@ def link(body: bytes) -> tuple[bytes, int, int | None]:
     w = 1 << (flags & 3)
     n = int.from_bytes(body[p:p + w], "little")
     p += w
-    _need(0 < n and p + n + 8 <= len(body), "link name")
+    _need(0 < n and p + n + 8 <= len(body) and b"\0" not in body[p:p + n], "link name")
     return body[p:p + n], struct.unpack_from("<Q", body, p + n)[0], order
 
 
@@ -507,7 +517,7 @@ def attribute(body: bytes) -> tuple[bytes, bytes, bytes, bytes]:
     p = 8 if version < 3 else 9
     pad = (lambda x: (x + 7) & ~7) if version == 1 else (lambda x: x)
     name = body[p:p + nname]
-    _need(nname > 0 and name[-1:] == b"\0", "attribute name")
+    _need(nname > 0 and name[-1:] == b"\0" and b"\0" not in name[:-1], "attribute name")
     p += pad(nname)
     dt = body[p:p + ntype]
     p += pad(ntype)
@@ -602,12 +612,14 @@ class FractalHeap:
         self.off_size = (max_bits + 7) // 8
         self.len_size = min((max_direct.bit_length() - 1 + 7) // 8, _enc_size(max_man))
         _need(1 + self.off_size + self.len_size <= self.id_len, "fractal heap ID length")
-        self.blocks: list[tuple[int, int, int]] = []  # (heap offset, size, file address)
+        self.blocks: list[tuple[int, int, int]] = []  # (heap offset, size, file address), heap order
+        self._starts: list[int] = []
         self._data: dict[int, bytes] = {}
         if root == UNDEF:
             return
         if rows == 0:
             self.blocks.append((0, start, root))
+            self._starts.append(0)
             return
         dblock_rows = (max_direct.bit_length() - start.bit_length()) + 2
         _need(rows <= dblock_rows, "nested fractal heap indirect blocks")
@@ -615,26 +627,26 @@ class FractalHeap:
         ib = h5.read(root, head + 8 * rows * width + 4)
         _need(ib[:4] == b"FHIB" and ib[4] == 0, "fractal heap indirect block")
         _check(ib, "fractal heap indirect block")
-        for r in range(rows):
-            size = start if r < 2 else start << (r - 1)
-            base = 0 if r == 0 else width * start << (r - 1)
-            for c in range(width):
-                a = struct.unpack_from("<Q", ib, head + 8 * (r * width + c))[0]
-                if a != UNDEF:
-                    self.blocks.append((base + c * size, size, a))
+        addrs = np.frombuffer(ib, "<u8", rows * width, head).reshape(rows, width)
+        for r, c in zip(*np.nonzero(addrs != UNDEF)):
+            size = start if r < 2 else start << (int(r) - 1)
+            base = 0 if r == 0 else width * start << (int(r) - 1)
+            self.blocks.append((base + int(c) * size, size, int(addrs[r, c])))
+        self._starts = [b[0] for b in self.blocks]
 
     def get(self, hid: bytes) -> bytes:
         _need(len(hid) == self.id_len and hid[0] == 0, "managed heap ID")
         off = int.from_bytes(hid[1:1 + self.off_size], "little")
         n = int.from_bytes(hid[1 + self.off_size:1 + self.off_size + self.len_size], "little")
-        for base, size, addr in self.blocks:
-            if base <= off < base + size:
-                _need(n > 0 and off + n <= base + size, "heap object extent")
-                data = self._block(base, size, addr)
-                head = 5 + 8 + self.off_size + (4 if self.checksummed else 0)
-                _need(off - base >= head, "heap object inside the block header")
-                return data[off - base:off - base + n]
-        raise NotNative("heap object outside the heap's blocks")
+        i = bisect.bisect_right(self._starts, off) - 1  # blocks are listed in heap order
+        _need(i >= 0, "heap object outside the heap's blocks")
+        base, size, addr = self.blocks[i]
+        _need(off < base + size, "heap object outside the heap's blocks")
+        _need(n > 0 and off + n <= base + size, "heap object extent")
+        data = self._block(base, size, addr)
+        head = 5 + 8 + self.off_size + (4 if self.checksummed else 0)
+        _need(off - base >= head, "heap object inside the block header")
+        return data[off - base:off - base + n]
 
     def _block(self, base: int, size: int, addr: int) -> bytes:
         data = self._data.get(addr)

@@ -93,11 +93,13 @@ class NativeNode:
             _need(name not in out, "duplicate attribute")
             if name in skip:
                 continue
-            out[name] = self._value(dt, sp, data)
+            out[name] = self._value(name, dt, sp, data)
         return out
 
-    def _value(self, dtmsg: bytes, spmsg: bytes, data: bytes) -> Any:
+    def _value(self, name: str, dtmsg: bytes, spmsg: bytes, data: bytes) -> Any:
         t = m.datatype(dtmsg)
+        _need(t.kind in ("num", "str", "vstr") or (t.kind == "vref" and name == "DIMENSION_LIST"),
+              "attribute type")  # other references: h5py gives reference objects
         space = m.dataspace(spmsg)
         _need(space is not None, "null dataspace attribute")
         shape = space[0]  # type: ignore[index]
@@ -153,7 +155,9 @@ class NativeNode:
         self.dtype = t.dtype
         pipe = h.find(0x0B)
         self.filters = m.filters(pipe) if pipe is not None else []
-        raw = m.fill_value(h.find(0x04), h.find(0x05))
+        new_fill = h.find(0x05)
+        _need(new_fill is not None, "no fill value message")  # h5py may call the fill value undefined
+        raw = m.fill_value(h.find(0x04), new_fill)
         _need(raw is None or len(raw) == t.size, "fill value size")
         self.fillvalue = (np.frombuffer(raw, t.dtype, 1) if raw is not None else np.zeros(1, t.dtype))[0]
         self.external = False
