@@ -11,6 +11,7 @@ file through h5py, so this module never has to be right about what it does not f
 from __future__ import annotations
 
 import bisect
+import functools
 import struct
 from typing import Any
 
@@ -343,6 +344,7 @@ class Header:
 
 
 # -- message bodies ---------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1024)  # many attributes share a space; the result is not mutated
 def dataspace(body: bytes) -> tuple[tuple[int, ...], tuple[int | None, ...]] | None:
     """(shape, maxshape with None for unlimited) of a dataspace message; None for a null space."""
     version, rank, flags = body[0], body[1], body[2]
@@ -382,6 +384,7 @@ _IEEE = {  # size: (sign bit, exponent at, exponent bits, mantissa at, mantissa 
 }
 
 
+@functools.lru_cache(maxsize=1024)  # and a type
 def datatype(body: bytes) -> Datatype:
     _need(len(body) >= 8, "datatype")
     cls, version = body[0] & 0x0F, body[0] >> 4

@@ -4,6 +4,7 @@ as ``hdf5._Scanner`` asks for them, with h5py's values and types. Whatever would
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -103,7 +104,7 @@ class NativeNode:
         space = m.dataspace(spmsg)
         _need(space is not None, "null dataspace attribute")
         shape = space[0]  # type: ignore[index]
-        n = int(np.prod(shape, dtype=np.int64))
+        n = math.prod(shape)
         _need(0 < n and n * t.size <= len(data), "attribute data")
         if t.kind == "num":
             arr = np.frombuffer(data, t.dtype, n).reshape(shape).copy()
@@ -169,7 +170,7 @@ class NativeNode:
             addr, size = info
             _need(not self.filters, "filters on contiguous data")
             if addr != UNDEF:
-                nbytes = int(np.prod(self.shape, dtype=np.int64)) * t.size
+                nbytes = math.prod(self.shape) * t.size
                 _need(size == nbytes and self.h5.base + addr + size <= self.h5.size, "contiguous extent")
                 self.offset = self.h5.base + addr
         else:
