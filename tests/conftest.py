@@ -18,6 +18,21 @@ SHARED = Path(os.environ.get("REFSET_SHARED", REPO.parent / "shared"))
 CORPUS = SHARED / "corpus"
 
 
+def hdf5_corpus() -> list[Path]:
+    """The corpus's HDF5/NetCDF4 files (none when the corpus is absent)."""
+    if not (CORPUS / "MANIFEST.md").exists():
+        return []
+    import h5py
+
+    out = []
+    for p in sorted(CORPUS.glob("samples/*/*")) + sorted(CORPUS.glob("kerchunk-fixtures/*")):
+        with open(p, "rb") as f:
+            head = f.read(8)
+        if head[:3] != b"CDF" and h5py.is_hdf5(p):
+            out.append(p)
+    return out
+
+
 @pytest.fixture(scope="session")
 def corpus() -> Path:
     """Directory of real NetCDF/HDF5 files and reference sets from other projects."""

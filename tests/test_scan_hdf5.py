@@ -20,7 +20,7 @@ h5py = pytest.importorskip("h5py")
 zarr = pytest.importorskip("zarr")
 xr = pytest.importorskip("xarray")
 
-from .conftest import CORPUS  # noqa: E402
+from .conftest import CORPUS, hdf5_corpus  # noqa: E402
 from .scan_oracle import check_against_xarray, texts  # noqa: E402
 
 # Corpus variables the scan refuses, and the words of the reason (docs/scan.md lists them).
@@ -30,18 +30,6 @@ REFUSED = {
     "references.hdf5": ({"chunked_ref_dataset", "chunked_regionref_dataset", "ref_dataset",
                          "regionref_dataset"}, "references"),
 }
-
-
-def _hdf5_corpus() -> list[Path]:
-    if not (CORPUS / "MANIFEST.md").exists():
-        return []
-    out = []
-    for p in sorted(CORPUS.glob("samples/*/*")) + sorted(CORPUS.glob("kerchunk-fixtures/*")):
-        with open(p, "rb") as f:
-            head = f.read(8)
-        if head[:3] != b"CDF" and h5py.is_hdf5(p):
-            out.append(p)
-    return out
 
 
 def _is_variable(ds) -> bool:
@@ -105,7 +93,7 @@ def oracle(path: Path) -> tuple[int, int, list[str]]:
     return n, n if with_xr else 0, sorted(refused)
 
 
-@pytest.mark.parametrize("path", _hdf5_corpus() or [pytest.param(None, marks=pytest.mark.skip(
+@pytest.mark.parametrize("path", hdf5_corpus() or [pytest.param(None, marks=pytest.mark.skip(
     reason=f"shared corpus not found at {CORPUS} (CI provides it; a user's clone does not)"))],
     ids=lambda p: p.name if p else "corpus")
 def test_corpus_file_reads_back_equal(path: Path) -> None:
@@ -398,6 +386,6 @@ def test_not_hdf5_or_netcdf(tmp_path: Path) -> None:
 if __name__ == "__main__":  # the table in docs/scan.md: python -m tests.test_scan_hdf5
     print("| file | variables equal to h5py | of them equal through xarray + netCDF4 | refused |")
     print("|---|---:|---:|---|")
-    for p in _hdf5_corpus():
+    for p in hdf5_corpus():
         n, x, r = oracle(p)
         print(f"| {p.parent.name}/{p.name} | {n} | {x or '-'} | {', '.join(r) or '-'} |")

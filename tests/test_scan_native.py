@@ -16,7 +16,7 @@ from refset.scan import hdf5 as H
 
 h5py = pytest.importorskip("h5py")
 
-from .conftest import CORPUS  # noqa: E402
+from .conftest import CORPUS, hdf5_corpus  # noqa: E402
 
 # Corpus files the native reader must take (no fallback): netCDF-C/h5py files of the supported kinds.
 NATIVE_CORPUS = {
@@ -58,19 +58,7 @@ def check_same(path: Path, *, must_be_native: bool, **kw) -> None:
         assert fallbacks == 0, f"{path.name}: fell back to h5py ({H.native_last_reason})"
 
 
-def _hdf5_corpus() -> list[Path]:
-    if not (CORPUS / "MANIFEST.md").exists():
-        return []
-    out = []
-    for p in sorted(CORPUS.glob("samples/*/*")) + sorted(CORPUS.glob("kerchunk-fixtures/*")):
-        with open(p, "rb") as f:
-            head = f.read(8)
-        if head[:3] != b"CDF" and h5py.is_hdf5(p):
-            out.append(p)
-    return out
-
-
-@pytest.mark.parametrize("path", _hdf5_corpus() or [pytest.param(None, marks=pytest.mark.skip(
+@pytest.mark.parametrize("path", hdf5_corpus() or [pytest.param(None, marks=pytest.mark.skip(
     reason=f"shared corpus not found at {CORPUS}"))], ids=lambda p: p.name if p else "no-corpus")
 def test_corpus_native_equals_h5py(path: Path) -> None:
     check_same(path, must_be_native=path.name in NATIVE_CORPUS)

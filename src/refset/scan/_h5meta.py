@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import functools
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -193,27 +194,35 @@ class H5File:
         _need(obj is not None, "global heap object missing")
         return obj  # type: ignore[return-value]
 
-    # -- groups -----------------------------------------------------------------------------------
+    # -- version 1 B-trees (group members, chunks) ---------------------------------------------
+    def _v1_btree_leaves(self, addr: int, node_type: int, key_size: int) -> Iterator[tuple[int, bytes]]:
+        """(n, entries) of each leaf of a version 1 B-tree (``node_type`` 0: a group's, 1: a
+        dataset's chunks), left to right: ``entries`` holds n (key of ``key_size`` bytes, child
+        address) pairs."""
+        entry = np.dtype([("key", f"V{key_size}"), ("child", "<u8")])
+        what = ("group", "chunk")[node_type]
+        seen: set[int] = set()
+        todo: list[tuple[int, int | None]] = [(addr, None)]
+        while todo:
+            node, level_above = todo.pop()
+            _need(node not in seen and len(seen) < _MAX_NODES, "B-tree cycle")
+            seen.add(node)
+            h = self.read(node, 24)
+            _need(h[:4] == b"TREE" and h[4] == node_type, f"{what} B-tree node")
+            level, n = h[5], struct.unpack_from("<H", h, 6)[0]
+            _need(level_above is None or level == level_above - 1, "B-tree levels")
+            body = self.read(node + 24, entry.itemsize * n)
+            if level:
+                todo.extend((int(c), level) for c in np.frombuffer(body, entry, n)["child"][::-1])
+            else:
+                yield n, body
+
     def symbol_table_links(self, btree: int, heap: int) -> list[tuple[bytes, int]]:
         """(name, object header address) of an old-style group, from its v1 B-tree (type 0)."""
         names = self.local_heap(heap)
         out: list[tuple[bytes, int]] = []
-        seen: set[int] = set()
-        todo = [(btree, None)]
-        while todo:
-            addr, level_above = todo.pop()
-            _need(addr not in seen and len(seen) < _MAX_NODES, "B-tree cycle")
-            seen.add(addr)
-            h = self.read(addr, 24)
-            _need(h[:4] == b"TREE" and h[4] == 0, "group B-tree node")
-            level, n = h[5], struct.unpack_from("<H", h, 6)[0]
-            _need(level_above is None or level == level_above - 1, "B-tree levels")
-            body = self.read(addr + 24, 8 + 16 * n)
-            children = [struct.unpack_from("<Q", body, 8 + 16 * i)[0] for i in range(n)]
-            if level:
-                todo.extend((c, level) for c in reversed(children))
-                continue
-            for c in children:
+        for n, body in self._v1_btree_leaves(btree, 0, 8):
+            for c in np.frombuffer(body, "<u8", 2 * n)[1::2].tolist():
                 s = self.read(c, 8)
                 _need(s[:4] == b"SNOD" and s[4] == 1, "symbol table node")
                 count = struct.unpack_from("<H", s, 6)[0]
@@ -226,27 +235,11 @@ class H5File:
                     out.append((names[name_off:end], obj))
         return out
 
-    # -- chunk index ------------------------------------------------------------------------------
     def chunk_btree(self, addr: int, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(positions n x rank, filter masks, offsets, sizes) of the chunks a v1 B-tree (type 1)
         indexes, in numpy columns (one frombuffer per node)."""
         rec = np.dtype([("size", "<u4"), ("mask", "<u4"), ("pos", "<u8", (rank + 1,)), ("addr", "<u8")])
-        parts: list[np.ndarray] = []
-        seen: set[int] = set()
-        todo = [(addr, None)]
-        while todo:
-            node, level_above = todo.pop()
-            _need(node not in seen and len(seen) < _MAX_NODES, "B-tree cycle")
-            seen.add(node)
-            h = self.read(node, 24)
-            _need(h[:4] == b"TREE" and h[4] == 1, "chunk B-tree node")
-            level, n = h[5], struct.unpack_from("<H", h, 6)[0]
-            _need(level_above is None or level == level_above - 1, "B-tree levels")
-            recs = np.frombuffer(self.read(node + 24, rec.itemsize * n), rec, n)
-            if level:
-                todo.extend((int(c), level) for c in recs["addr"][::-1])
-            else:
-                parts.append(recs)
+        parts = [np.frombuffer(body, rec, n) for n, body in self._v1_btree_leaves(addr, 1, rec.itemsize - 8)]
         recs = np.concatenate(parts) if parts else np.zeros(0, rec)
         pos = recs["pos"][:, :rank].astype(np.int64)
         _need(bool((recs["pos"][:, rank] == 0).all()), "chunk key")

@@ -79,11 +79,15 @@ def _scan_native(f: Any, url: str, inline_threshold: int, group: str | None, dro
     """The scan over the native metadata reader; ``NotNative`` (raised before anything is
     returned) sends the whole file to h5py. Warnings are held back until the scan succeeds, so a
     fallback does not repeat them."""
+    from ..formats.registry import data_format, file_reader
     from ._h5native import open_native
 
     f.seek(0, 2)
     size = f.tell()
-    start = _superblock(f, size)
+    found = data_format(file_reader(f), size)  # the superblock: at 0 or after a user block
+    if found is None or found[0] != "hdf5":
+        raise NotNative("no superblock")
+    start = found[1]
     out = SetWriter(url, inline_threshold)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -92,18 +96,6 @@ def _scan_native(f: Any, url: str, inline_threshold: int, group: str | None, dro
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return out
-
-
-def _superblock(f: Any, size: int) -> int:
-    from ._h5meta import NotNative as _NN
-
-    pos = 0
-    while pos + 8 <= size:
-        f.seek(pos)
-        if f.read(8) == b"\x89HDF\r\n\x1a\n":
-            return pos
-        pos = 512 if pos == 0 else pos * 2
-    raise _NN("no superblock")
 
 
 def _load_plugins() -> None:
