@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidReferences, Unsupported
-from ..model import ReferenceSet
+from ._inputs import Inputs
 from ._values import read_arrays, zattrs
 
 __all__ = ["Coordinate", "coordinates", "reencode", "is_cf_time"]
@@ -34,10 +34,16 @@ class Coordinate:
     attrs: dict[str, Any]  # of the coordinate variable (units of the combined encoding)
     new: bool  # the dim is not in the inputs
 
+    def __post_init__(self) -> None:
+        # every input's values in one array: input i's are flat[starts[i]:starts[i] + sizes[i]]
+        self.sizes = np.array([p.size for p in self.per_input], np.int64)
+        self.starts = np.concatenate(([0], np.cumsum(self.sizes)[:-1])).astype(np.int64)
+        self.flat = np.concatenate(self.per_input) if self.per_input else self.values[:0]
+        self.first = self.flat[np.minimum(self.starts, max(len(self.flat) - 1, 0))]  # one per input
+
 
 def coordinates(
-    sets: Sequence[ReferenceSet],
-    names: Sequence[str],
+    inputs: Inputs,
     dims: Sequence[str],
     coo_map: Mapping[str, Any],
     coo_dtypes: Mapping[str, Any],
@@ -47,15 +53,16 @@ def coordinates(
     """Each dim's combined coordinate. ``target[dim]``: the attributes (CF ``units``/``calendar``)
     times are encoded in, instead of the first input's (a combine done in parts)."""
     out = []
+    names = inputs.names
     for dim in dims:
         sel = coo_map.get(dim)
-        new = not any(_has_dim(rs, dim) for rs in sets)
+        new = not any(_has_dim(m, g, dim) for m, g in zip(inputs.meta, inputs.grids))
         attrs: dict[str, Any] = {}
         if sel is None:
-            if not any(f"{dim}/.zarray" in rs for rs in sets):
+            if not any(f"{dim}/.zarray" in m for m in inputs.meta):
                 import difflib
 
-                close = difflib.get_close_matches(dim, sorted({p for rs in sets for p in rs.grids}), 1)
+                close = difflib.get_close_matches(dim, inputs.paths(), 1)
                 raise InvalidReferences(
                     f"concat dim {dim!r}: no input has a variable {dim!r} to take its values from"
                     + (f" (did you mean {close[0]!r}?)" if close else "") +
@@ -63,11 +70,11 @@ def coordinates(
             sel = f"data:{dim}"
         if isinstance(sel, str) and sel.split(":", 1)[0] in ("data", "cf"):
             kind, var = sel.split(":", 1)
-            per, attrs = _data(sets, names, dim, var, cf=kind == "cf" or None, so=storage_options,
+            per, attrs = _data(inputs, dim, var, cf=kind == "cf" or None, so=storage_options,
                                target=(target or {}).get(dim))
         else:
-            _check_lengths(sel, len(sets), dim)
-            per = [np.atleast_1d(np.asarray(_one(sel, i, rs, names[i], dim))) for i, rs in enumerate(sets)]
+            _check_lengths(sel, inputs.n, dim)
+            per = [np.atleast_1d(np.asarray(_one(sel, i, inputs, dim))) for i in range(inputs.n)]
         if dim in coo_dtypes:
             per = [p.astype(coo_dtypes[dim]) for p in per]
         per = [p.astype(str) if p.dtype.kind == "O" and all(isinstance(x, str) for x in p) else p for p in per]
@@ -78,11 +85,11 @@ def coordinates(
     return out
 
 
-def _has_dim(rs: ReferenceSet, dim: str) -> bool:
-    if f"{dim}/.zarray" in rs:
+def _has_dim(meta: Mapping[str, Any], grids: Mapping[str, Any], dim: str) -> bool:
+    if f"{dim}/.zarray" in meta:
         return True
-    for path in rs.grids:
-        if dim in zattrs(rs, path).get("_ARRAY_DIMENSIONS", ()):
+    for path in grids:
+        if dim in zattrs(meta, path).get("_ARRAY_DIMENSIONS", ()):
             return True
     return False
 
@@ -98,8 +105,9 @@ def _duplicate(per: list[np.ndarray], names: Sequence[str], dim: str) -> None:
             seen[v] = i
 
 
-def _one(sel: Any, i: int, rs: ReferenceSet, name: str, dim: str) -> Any:
+def _one(sel: Any, i: int, inputs: Inputs, dim: str) -> Any:
     """One input's value for a one-value selector."""
+    name = inputs.names[i]
     if isinstance(sel, re.Pattern):
         m = sel.search(name)
         if m is None:
@@ -111,14 +119,14 @@ def _one(sel: Any, i: int, rs: ReferenceSet, name: str, dim: str) -> Any:
             return i
         kind, _, rest = sel.partition(":")
         if kind == "attr":
-            attrs = zattrs(rs, "")
+            attrs = zattrs(inputs.meta[i], "")
             if rest not in attrs:
                 raise InvalidReferences(f"coo_map[{dim!r}]={sel!r}: input {name!r} has no global "
                                         f"attribute {rest!r}")
             return attrs[rest]
         if kind == "vattr":
             var, _, attr = rest.partition(":")
-            attrs = zattrs(rs, var)
+            attrs = zattrs(inputs.meta[i], var)
             if attr not in attrs:
                 raise InvalidReferences(f"coo_map[{dim!r}]={sel!r}: input {name!r} has no attribute "
                                         f"{attr!r} on variable {var!r}")
@@ -127,7 +135,7 @@ def _one(sel: Any, i: int, rs: ReferenceSet, name: str, dim: str) -> Any:
                                 "'attr:NAME', 'vattr:VAR:NAME', 'data:VAR', 'cf:VAR', a list, a "
                                 "compiled regex or a callable)")
     if callable(sel):
-        return sel(i, rs, name)
+        return sel(i, inputs.set(i), name)
     if isinstance(sel, Sequence | np.ndarray):
         return sel[i]
     raise InvalidReferences(f"coo_map[{dim!r}]: a {type(sel).__name__} is not a selector")
@@ -138,17 +146,18 @@ def _check_lengths(sel: Any, n: int, dim: str) -> None:
         raise InvalidReferences(f"coo_map[{dim!r}]: {len(sel)} values for {n} inputs")
 
 
-def _data(sets: Sequence[ReferenceSet], names: Sequence[str], dim: str, var: str, cf: bool | None,
+def _data(inputs: Inputs, dim: str, var: str, cf: bool | None,
           so: Mapping[str, Any] | None, target: Mapping[str, Any] | None = None,
           ) -> tuple[list[np.ndarray], dict[str, Any]]:
     """Each input's values of ``var``, in one common encoding when they are CF times: the first
     input's, or ``target``'s."""
-    for rs, name in zip(sets, names):
-        if f"{var}/.zarray" not in rs:
+    names = inputs.names
+    for m, name in zip(inputs.meta, names):
+        if f"{var}/.zarray" not in m:
             raise InvalidReferences(f"concat dim {dim!r}: input {name!r} has no variable {var!r}")
-    raw = read_arrays([(rs, var) for rs in sets], so)
+    raw = read_arrays(inputs, var, range(inputs.n), so)
     raw = [np.asarray(r).reshape(-1) for r in raw]
-    attrs = [zattrs(rs, var) for rs in sets]
+    attrs = [zattrs(m, var) for m in inputs.meta]
     first = dict(target) if target is not None else attrs[0]
     keep = {k: v for k, v in first.items() if k != "_ARRAY_DIMENSIONS"}
     is_time = is_cf_time(first)

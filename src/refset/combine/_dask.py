@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from ..model import ReferenceSet
+from ._combiner import Combiner
 from ._coords import coordinates, is_cf_time, reencode
+from ._inputs import Inputs
 
 __all__ = ["combine_on_cluster", "BATCH"]
 
@@ -69,8 +71,8 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
         if preprocess is not None:
             rs = preprocess(rs)
         sets.append((rs, name))
-        coords.append([(c.per_input[0], c.attrs)
-                       for c in coordinates([rs], [name], dims, maps[k], coo_dtypes, ro)])
+        coords.append([(c.per_input[0], c.attrs) for c in coordinates(
+            Inputs.from_sets([rs], [name]), dims, maps[k], coo_dtypes, ro)])
     return sets, coords, unused
 
 
@@ -87,12 +89,9 @@ def _combine_batch(parts: Sequence[tuple[ReferenceSet, str]], dims: Sequence[str
                    coo_map: Mapping[str, Any], coo_dtypes: Mapping[str, Any],
                    target: Mapping[str, Mapping[str, Any]], check: bool, so: Mapping[str, Any],
                    name: str) -> tuple[ReferenceSet, str]:
-    from . import _Combiner
-
-    sets = [p[0] for p in parts]
-    names = [p[1] for p in parts]
-    coords = coordinates(sets, names, dims, coo_map, coo_dtypes, so, target=target)
-    return _Combiner(sets, names, coords, set(identical), check, so).build(), name
+    inputs = Inputs.from_sets([p[0] for p in parts], [p[1] for p in parts])
+    coords = coordinates(inputs, dims, coo_map, coo_dtypes, so, target=target)
+    return Combiner(inputs, coords, set(identical), check, so).build(), name
 
 
 def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str], identical: Sequence[str],

@@ -10,21 +10,24 @@ from __future__ import annotations
 import base64
 import functools
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import InvalidReferences, ReferenceNotReachable, Unsupported
 from ..formats._io import is_local, local_path
-from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE
+
+if TYPE_CHECKING:
+    from ._inputs import Inputs
 
 __all__ = ["read_arrays", "zarray", "zattrs", "fill_of"]
 
 
-def zarray(rs: ReferenceSet, path: str) -> dict[str, Any]:
-    """The array's ``.zarray`` document (zarr v2; a zarr v3 set is refused). Shared: do not change it."""
+def zarray(rs: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """The array's ``.zarray`` document in a set or an input's metadata (zarr v2; a zarr v3 set is
+    refused). Shared: do not change it."""
     key = f"{path}/.zarray"
     raw = rs.get(key)
     if raw is None:
@@ -35,7 +38,7 @@ def zarray(rs: ReferenceSet, path: str) -> dict[str, Any]:
     return _json(raw, key)
 
 
-def zattrs(rs: ReferenceSet, path: str) -> dict[str, Any]:
+def zattrs(rs: Mapping[str, Any], path: str) -> dict[str, Any]:
     """The ``.zattrs`` document of ``path`` (``{}`` when absent). Shared: do not change it."""
     key = f"{path}/.zattrs" if path else ".zattrs"
     raw = rs.get(key)
@@ -74,25 +77,29 @@ def fill_of(meta: Mapping[str, Any], dtype: np.dtype) -> Any:
     return v
 
 
-def read_arrays(requests: Sequence[tuple[ReferenceSet, str]],
+def read_arrays(inputs: Inputs, path: str, which: Iterable[int],
                 storage_options: Mapping[str, Any] | None = None) -> list[np.ndarray]:
-    """The whole values of ``path`` in each ``(set, path)``; the chunks in files are fetched with one
-    ``cat_ranges`` call per filesystem for all requests together, each distinct range once, and
-    requests with the same metadata and references decoded once."""
+    """The whole values of ``path`` in each input of ``which``; the chunks in files are fetched with one
+    ``cat_ranges`` call per filesystem for all inputs together, each distinct range once, and inputs
+    with the same metadata and references decoded once."""
     plans = []
     fetch: dict[tuple[str, int, int], int] = {}  # (url, start, end (-1: whole file)) -> its index
-    for rs, path in requests:
-        meta = zarray(rs, path)
+    rows = inputs.rows(path)
+    urls = inputs.urls
+    for i in which:
+        meta = zarray(inputs.meta[i], path)
         dtype = np.dtype(_dtype(meta["dtype"], path))
-        table = rs.table(path)
-        flat, kind, pid, off, ln = table.entries()
+        s = rows.of(i)
         chunks: list[tuple[int, Any]] = []
-        for f, k, p, o, n in zip(flat.tolist(), kind.tolist(), pid.tolist(), off.tolist(), ln.tolist()):
+        for r, (f, k, p, o, n) in enumerate(zip(rows.flat[s].tolist(), rows.kind[s].tolist(),
+                                                rows.path_id[s].tolist(), rows.offset[s].tolist(),
+                                                rows.length[s].tolist()), s.start):
             if k == INLINE:
-                chunks.append((f, table.inline[f]))
+                chunks.append((f, rows.inline[r]))
             elif k in (RANGE, WHOLE):
-                chunks.append((f, fetch.setdefault((rs.urls[p], o, o + n if k == RANGE else -1), len(fetch))))
-        plans.append((meta, dtype, table.grid, chunks, path, (rs[f"{path}/.zarray"], tuple(chunks))))
+                chunks.append((f, fetch.setdefault((urls[p], o, o + n if k == RANGE else -1), len(fetch))))
+        grid = inputs.grids[i][path]
+        plans.append((meta, dtype, grid, chunks, path, (inputs.meta[i][f"{path}/.zarray"], grid, tuple(chunks))))
     data = _fetch(list(fetch), storage_options or {})
     done: dict[Any, np.ndarray] = {}
     out = []

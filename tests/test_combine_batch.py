@@ -1,0 +1,170 @@
+"""combine's batch reader of JSON reference files (``refset.combine._docs``): what it accepts it reads
+exactly as the generic reader does (the same combined set, key by key), and everything else it hands
+to the generic reader, which gives the same result or names the problem."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import refset
+from refset.combine import combine, expand_lists
+from refset.combine._docs import NotBatch, read_documents
+from refset.errors import InvalidReferences
+
+from .test_combine import _day, _kerchunk, _mf
+
+xr = pytest.importorskip("xarray")
+
+
+def _generic(rs):
+    return rs  # a preprocess step: combine then opens every input as a set
+
+
+def _write(tmp_path: Path, docs: list[dict], gz: tuple[int, ...] = ()) -> list[str]:
+    paths = []
+    for i, d in enumerate(docs):
+        p = tmp_path / f"set{i:02d}.json{'.gz' if i in gz else ''}"
+        text = json.dumps(d).encode()
+        p.write_bytes(gzip.compress(text) if i in gz else text)
+        paths.append(str(p))
+    return paths
+
+
+def _same_as_generic(paths: list[str], **kw) -> refset.ReferenceSet:
+    read_documents(expand_lists(paths), {})  # the batch reader takes them
+    fast = combine(paths, **kw)
+    slow = combine(paths, preprocess=_generic, **kw)
+    assert fast.to_dict() == slow.to_dict()
+    assert fast.urls == slow.urls
+    return fast
+
+
+def test_kerchunk_sets_shuffled_and_compressed(tmp_path: Path) -> None:
+    files = [_day(tmp_path / f"d{i}.nc", 2 * i, steps=2) for i in range(5)]
+    docs = _kerchunk(files)
+    assert any(isinstance(v, str) and v.startswith("base64:") for v in docs[0]["refs"].values())
+    order = [3, 0, 4, 1, 2]
+    paths = _write(tmp_path, [docs[i] for i in order], gz=(1, 3))
+    rs = _same_as_generic(paths, concat_dims="time", identical_dims=["lat", "lon"])
+    ds = refset.open_dataset(rs).load()
+    want = _mf(files, concat_dim="time")
+    np.testing.assert_array_equal(ds.v.values, want.v.values)
+    np.testing.assert_array_equal(ds.w.values, want.w.values)
+    np.testing.assert_array_equal(ds.time.values, want.time.values)
+
+
+def test_inputs_of_different_lengths_and_a_missing_variable(tmp_path: Path) -> None:
+    files = [_day(tmp_path / "a.nc", 0, steps=2), _day(tmp_path / "b.nc", 2, steps=3, extra=False),
+             _day(tmp_path / "c.nc", 5, steps=1)]
+    paths = _write(tmp_path, _kerchunk(files))
+    rs = _same_as_generic(paths, concat_dims="time", identical_dims=["lat", "lon"])
+    ds = refset.open_dataset(rs).load()
+    np.testing.assert_array_equal(ds.v.values, _mf(files, concat_dim="time").v.values)
+    assert [f"w/{t}.0" in rs for t in range(6)] == [True, True, False, False, False, True]
+    np.testing.assert_array_equal(ds.w.values[5], [5, 5, 5])
+
+
+def _hand_doc(tmp_path: Path, i: int, version: int) -> dict:
+    """Whole-file and inline (plain text and base64) chunks, metadata as JSON objects and text, a
+    generic key, a chunk key outside the grid and a key of an array the set lacks."""
+    blob = tmp_path / f"x{i}.bin"
+    blob.write_bytes(np.arange(4, dtype="<i4").tobytes() + np.int32(i).tobytes())
+    refs = {
+        ".zgroup": {"zarr_format": 2},
+        ".zattrs": json.dumps({"title": f"set {i}"}),
+        "t/.zarray": {"chunks": [1], "compressor": None, "dtype": "<i4", "fill_value": None,
+                      "filters": None, "order": "C", "shape": [1], "zarr_format": 2},
+        "t/.zattrs": {"_ARRAY_DIMENSIONS": ["t"]},
+        "t/0": "base64:" + base64.b64encode(np.int32(10 * i).tobytes()).decode(),
+        "x/.zarray": json.dumps({"chunks": [1, 5], "compressor": None, "dtype": "<i4", "fill_value": 0,
+                                 "filters": None, "order": "C", "shape": [1, 10], "zarr_format": 2}),
+        "x/.zattrs": {"_ARRAY_DIMENSIONS": ["t", "k"]},
+        "x/0.0": [str(blob)],
+        "x/0.1": [str(blob), 0, 20],
+        "x/0.7": [str(blob), 0, 20],
+        "y/0": "abcd",
+        "notes/readme": "a generic key",
+        "s/.zarray": json.dumps({"chunks": [], "compressor": None, "dtype": "|S4", "fill_value": None,
+                                 "filters": None, "order": "C", "shape": [], "zarr_format": 2}),
+        "s/.zattrs": json.dumps({"_ARRAY_DIMENSIONS": []}),
+        "s/0": "wxyz",
+    }
+    return {"version": 1, "refs": refs} if version else refs
+
+
+def test_whole_file_inline_text_and_json_object_values(tmp_path: Path) -> None:
+    docs = [_hand_doc(tmp_path, i, i % 2) for i in range(4)]
+    random.Random(1).shuffle(docs)
+    rs = _same_as_generic(_write(tmp_path, docs), concat_dims="t")
+    assert rs["x/2.0"] == (str(tmp_path / "x2.bin"),)
+    assert rs["x/3.1"] == (str(tmp_path / "x3.bin"), 0, 20)
+    assert "x/0.7" not in rs and "y/0" not in rs and rs["s/0"] == b"wxyz"
+    np.testing.assert_array_equal(refset.open_dataset(rs).t.values, [0, 10, 20, 30])
+
+
+def _kerchunk_doc(tmp_path: Path) -> dict:
+    return _kerchunk([_day(tmp_path / "k.nc", 0, steps=2)])[0]
+
+
+def _edit(doc: dict, **refs) -> dict:
+    d = json.loads(json.dumps(doc))
+    d["refs"].update({k.replace("__", "/").replace("_", "."): v for k, v in refs.items()})
+    return d
+
+
+BAD = {  # what the batch reader leaves to the generic one, and what that says (None: combines)
+    "templates": (lambda d: {**d, "templates": {"u": "x"}}, None),
+    "bool offset": (lambda d: _edit(d, v__0_0_0=[d["refs"]["v/0.0.0"][0], True, 5]), "offset"),
+    "float length": (lambda d: _edit(d, v__0_0_0=[d["refs"]["v/0.0.0"][0], 0, 5.5]), "length"),
+    "string offset": (lambda d: _edit(d, v__0_0_0=[d["refs"]["v/0.0.0"][0], "12", 5]), "offset"),
+    "negative offset": (lambda d: _edit(d, v__0_0_0=[d["refs"]["v/0.0.0"][0], -1, 5]), "offset"),
+    "huge offset": (lambda d: _edit(d, v__0_0_0=[d["refs"]["v/0.0.0"][0], 2**63, 5]), "offset"),
+    "two items": (lambda d: _edit(d, v__0_0_0=[d["refs"]["v/0.0.0"][0], 0]), "2"),
+    "url not a string": (lambda d: _edit(d, v__0_0_0=[7, 0, 5]), "url"),
+    "bad base64": (lambda d: _edit(d, v__0_0_0="base64:!!"), "base64"),
+    "number value": (lambda d: _edit(d, v__0_0_0=5), "value"),
+    "template in url": (lambda d: _edit(d, v__0_0_0=["{{u}}", 0, 5]), "template"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_unusual_documents_go_to_the_generic_reader(tmp_path: Path, case: str) -> None:
+    make, problem = BAD[case]
+    base = _kerchunk_doc(tmp_path)
+    later = base64.b64encode(np.array([9.0, 10.0]).tobytes()).decode()
+    docs = [base, make(_edit(base, time__0="base64:" + later))]
+    paths = _write(tmp_path, docs)
+    with pytest.raises(NotBatch):
+        read_documents(expand_lists(paths), {})
+    if problem is None:
+        assert combine(paths, concat_dims="time").to_dict() == combine(
+            paths, concat_dims="time", preprocess=_generic).to_dict()
+    else:
+        with pytest.raises(InvalidReferences, match=problem):
+            combine(paths, concat_dims="time")
+
+
+def test_data_files_and_other_formats_go_to_the_generic_reader(tmp_path: Path) -> None:
+    f = _day(tmp_path / "a.nc", 0)
+    packed = tmp_path / "b.packed"
+    refset.save(refset.scan(_day(tmp_path / "b.nc", 2)), str(packed), format="packed")
+    for items in ([str(f)], [str(packed)]):
+        with pytest.raises(NotBatch):
+            read_documents(items, {})
+    rs = combine([str(packed), str(f)], concat_dims="time")
+    np.testing.assert_array_equal(refset.open_dataset(rs).time.values.size, 4)
+
+
+def test_progress_is_called_once_per_input(tmp_path: Path) -> None:
+    files = [_day(tmp_path / f"d{i}.nc", 2 * i) for i in range(3)]
+    paths = _write(tmp_path, _kerchunk(files))
+    calls: list[int] = []
+    combine(paths, concat_dims="time", progress=calls.append)
+    assert calls == [1, 1, 1]
