@@ -155,11 +155,27 @@ def test_data_files_and_other_formats_go_to_the_generic_reader(tmp_path: Path) -
     f = _day(tmp_path / "a.nc", 0)
     packed = tmp_path / "b.packed"
     refset.save(refset.scan(_day(tmp_path / "b.nc", 2)), str(packed), format="packed")
-    for items in ([str(f)], [str(packed)]):
+    for items in ([str(f)], [str(packed)], [_kerchunk_doc(tmp_path)]):
         with pytest.raises(NotBatch):
             read_documents(items, {})
     rs = combine([str(packed), str(f)], concat_dims="time")
     np.testing.assert_array_equal(refset.open_dataset(rs).time.values.size, 4)
+
+
+def test_escapes_and_indented_json(tmp_path: Path) -> None:
+    """Escaped inline text is read by the batch reader; indented JSON (whitespace inside the
+    reference lists) goes to the generic reader; both give the generic result."""
+    docs = [_hand_doc(tmp_path, i, 1) for i in range(3)]
+    for d in docs:
+        d["refs"]["s/0"] = 'a"\\z'
+    paths = _write(tmp_path, docs)
+    rs = _same_as_generic(paths, concat_dims="t")
+    assert rs["s/0"] == b'a"\\z'
+    for p, d in zip(paths, docs):
+        Path(p).write_text(json.dumps(d, indent=2))
+    with pytest.raises(NotBatch):
+        read_documents(paths, {})
+    assert combine(paths, concat_dims="t").to_dict() == rs.to_dict()
 
 
 def test_progress_is_called_once_per_input(tmp_path: Path) -> None:

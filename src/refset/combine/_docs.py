@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from ..formats._jsonscan import Fallback, digits_end, parse_uints, same_spans, skip_ws, words
 from ..keys import ChunkGrid, grid_from_metadata
 from ..model import ReferenceSet
-from ..tables import INLINE, MAX_END, RANGE, WHOLE, Ref
+from ..tables import INLINE, RANGE, WHOLE, Ref
 from ._inputs import META_NAMES, Inputs, Rows
 
 __all__ = ["read_documents", "NotBatch", "BATCH"]
@@ -47,30 +48,36 @@ def read_documents(items: Sequence[Any], storage_options: Mapping[str, Any]) -> 
 
 
 def _document(x: Any, so: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The ``refs`` mapping of one input."""
-    from . import ListItem
-
-    if isinstance(x, ListItem):
-        doc = x.doc
-    elif isinstance(x, Mapping) and not isinstance(x, ReferenceSet):
-        doc = x
-    elif isinstance(x, str | os.PathLike):
-        doc = _read(os.fspath(x), so)
-    else:
-        raise NotBatch
-    if "version" in doc:
-        extra = set(doc) - {"version", "refs", "templates", "gen"}
-        if doc.get("version") != 1 or extra or doc.get("templates") or doc.get("gen"):
-            raise NotBatch
-        doc = doc.get("refs")
-        if not isinstance(doc, dict):
-            raise NotBatch
-    return doc
-
-
-def _read(url: str, so: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``refs`` of one input: its keys, each with its value's JSON text (``msgspec.Raw``)."""
     import msgspec
 
+    if not isinstance(x, str | os.PathLike):
+        raise NotBatch  # sets, dicts, items of JSON lists: as they are
+    doc = _raw_object(_read(os.fspath(x), so))
+    if "version" not in doc:
+        return doc
+    try:
+        version = msgspec.json.decode(doc["version"])
+        extra = {k: msgspec.json.decode(v) for k, v in doc.items() if k not in ("version", "refs")}
+    except msgspec.DecodeError:
+        raise NotBatch from None
+    if version != 1 or type(version) is not int or set(extra) - {"templates", "gen"} or any(
+            extra.values()) or "refs" not in doc:
+        raise NotBatch
+    return _raw_object(doc["refs"])
+
+
+def _raw_object(data: Any) -> dict[str, Any]:
+    """A JSON object's members, their values as JSON text."""
+    import msgspec
+
+    try:
+        return msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        raise NotBatch from None
+
+
+def _read(url: str, so: Mapping[str, Any]) -> bytes:
     from ..formats._io import decompress, is_local, local_path
 
     if not is_local(url, so):
@@ -84,17 +91,7 @@ def _read(url: str, so: Mapping[str, Any]) -> Mapping[str, Any]:
             data = head + f.read()
     except OSError:  # a directory (parquet), missing: the generic reader says what it is
         raise NotBatch from None
-    if packed:
-        data = decompress(data, url)
-        if data.lstrip()[:1] != b"{":
-            raise NotBatch
-    try:
-        doc = msgspec.json.decode(data)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        raise NotBatch from None
-    if not isinstance(doc, dict):
-        raise NotBatch
-    return doc
+    return bytes(decompress(data, url)) if packed else data
 
 
 def _chunk_index(key: str) -> tuple[str, tuple[int, ...]] | None:
@@ -195,16 +192,23 @@ class _Reader:
         chunk = flat >= 0
         self._others(np.flatnonzero(~chunk & (kpath >= 0)), keys, vals, owner)
         rows = np.flatnonzero(chunk)
-        self._chunks(rows, kpath[rows], flat[rows], owner[rows], [vals[r] for r in rows.tolist()])
+        if rows.size:
+            picked = itemgetter(*rows.tolist())(vals)
+            self._chunks(rows, kpath[rows], flat[rows], owner[rows], list(picked) if rows.size > 1 else [picked])
 
     def _others(self, rows: np.ndarray, keys: list[str], vals: list[Any], owner: np.ndarray) -> None:
         """Keys that are no chunk keys: checked as the generic reader checks them; metadata kept."""
         from ..formats._json_v0 import normalize_value
 
         problems: list[str] = []
+        import msgspec
+
         for r, i in zip(rows.tolist(), owner[rows].tolist(), strict=True):
             k = keys[r]
-            v = normalize_value(k, vals[r], problems)
+            try:
+                v = normalize_value(k, msgspec.json.decode(vals[r]), problems)
+            except msgspec.DecodeError:
+                raise NotBatch from None
             if problems:
                 raise NotBatch
             if isinstance(v, tuple):
@@ -233,62 +237,101 @@ class _Reader:
 
     def _chunks(self, rows: np.ndarray, path: np.ndarray, flat: np.ndarray, owner: np.ndarray,
                 vals: list[Any]) -> None:
+        """Chunk references from their values' JSON text (valid JSON: msgspec checked it):
+        ``["url", offset, length]`` and ``["url"]`` taken apart by numpy passes over the text of all
+        of them, strings (inline data) one by one; anything else raises NotBatch."""
         n = len(vals)
-        tid = np.fromiter(map(id, map(type, vals)), np.uint64, n)
-        is_list = tid == id(list)
-        is_str = tid == id(str)
+        if not n:
+            return
+        size = np.fromiter(map(len, vals), np.int64, n)
+        text = b" " * 16 + b"".join(vals) + b" " * 24  # room for the 8-byte word reads
+        del vals
+        a = np.frombuffer(text, np.uint8)
+        end = 16 + np.cumsum(size)  # each value's end (exclusive)
+        start = end - size
+        q = np.flatnonzero(a == 34)  # quotes
+        lo = np.searchsorted(q, start)
+        quotes = np.searchsorted(q, end) - lo
+        if b"\\" in text:
+            bs = np.flatnonzero(a == 92)
+            escaped = np.searchsorted(bs, end) - np.searchsorted(bs, start)
+        else:
+            escaped = np.zeros(n, np.int64)
+        head = a[start]
+        is_list = head == 91  # [
+        is_str = head == 34  # "
         if not (is_list | is_str).all():
-            raise NotBatch
+            raise NotBatch  # numbers, objects...: the generic reader says what they are
         kind = np.full(n, INLINE, np.uint8)
         pid = np.zeros(n, np.int64)
         off = np.zeros(n, np.uint64)
         ln = np.zeros(n, np.uint64)
         li = np.flatnonzero(is_list)
-        lists = [vals[r] for r in li.tolist()]
-        sizes = np.fromiter(map(len, lists), np.int64, len(lists))
-        three = sizes == 3
-        if not ((sizes == 1) | three).all():
-            raise NotBatch
-        urls = list(map(itemgetter(0), lists))
-        ids = np.asarray(self._url_ids(urls), np.int64)
-        pid[li] = ids
-        kind[li] = np.where(three, RANGE, WHOLE)
-        if three.any():
-            l3 = [lists[j] for j in np.flatnonzero(three).tolist()] if not three.all() else lists
-            o = list(map(itemgetter(1), l3))
-            s = list(map(itemgetter(2), l3))
-            if set(map(type, o)) | set(map(type, s)) != {int}:
-                raise NotBatch
-            try:
-                oa = np.fromiter(o, np.int64, len(o))
-                sa = np.fromiter(s, np.int64, len(s))
-            except OverflowError:
-                raise NotBatch from None
-            if (oa < 0).any() or (sa < 0).any() or ((MAX_END - 1 - oa) < sa).any():
-                raise NotBatch
-            at = li[three]
-            off[at] = oa
-            ln[at] = sa
-        own_ids = owner[li]
-        for i, u in set(zip(own_ids.tolist(), ids.tolist())):
-            self.input_urls[i].add(u)
+        if li.size:
+            if (quotes[li] != 2).any() or escaped[li].any():
+                raise NotBatch  # other strings than the URL, escapes
+            us, ue = q[lo[li]] + 1, q[lo[li] + 1]
+            k, p, o, s = self._lists(text, a, us, ue, end[li])
+            kind[li], pid[li], off[li], ln[li] = k, p, o, s
+            pairs = np.unique(owner[li] * (len(self.url_ids) + 1) + p)
+            for i, u in zip((pairs // (len(self.url_ids) + 1)).tolist(), (pairs % (len(self.url_ids) + 1)).tolist()):
+                self.input_urls[i].add(u)
         inline: dict[int, bytes] = {}
-        for r in np.flatnonzero(is_str).tolist():
-            inline[r] = _inline(vals[r])
-        del vals, lists
+        si = np.flatnonzero(is_str)
+        for r, x, y, esc in zip(si.tolist(), start[si].tolist(), end[si].tolist(), escaped[si].tolist()):
+            inline[r] = _inline(text[x:y], bool(esc))
         order = np.argsort(path, kind="stable")
         cuts = np.flatnonzero(np.diff(path[order])) + 1
-        for grp in np.split(order, cuts) if n else []:
+        bases = {}
+        for grp in np.split(order, cuts):
             p = int(path[grp[0]])
-            base = self.count.get(p, 0)
+            bases[p] = self.count.get(p, 0)
             self.parts.setdefault(p, []).append((owner[grp], flat[grp], kind[grp], pid[grp], off[grp], ln[grp]))
-            if inline:
-                target = self.inline.setdefault(p, {})
-                for j, r in enumerate(grp.tolist()):
-                    b = inline.get(r)
-                    if b is not None:
-                        target[base + j] = b
-            self.count[p] = base + len(grp)
+            self.count[p] = bases[p] + len(grp)
+        if inline:  # each inline row's place among its array's rows
+            starts = np.concatenate(([0], cuts))
+            place = np.empty(n, np.int64)
+            place[order] = np.arange(n) - np.repeat(starts, np.diff(np.concatenate((starts, [n]))))
+            for r, p, j in zip(inline, path[si].tolist(), place[si].tolist()):
+                self.inline.setdefault(p, {})[bases[p] + j] = inline[r]
+
+    def _lists(self, text: bytes, a: np.ndarray, us: np.ndarray, ue: np.ndarray, end: np.ndarray,
+               ) -> tuple[np.ndarray, ...]:
+        """(kind, url id, offset, length) of list values whose one string (the URL, no escapes) spans
+        ``us:ue`` and which end at ``end``."""
+        n = len(us)
+        if not (a[us - 1] == 34).all() or not (a[us - 2] == 91).all():
+            raise NotBatch  # whitespace before the URL
+        W = words(text)
+        try:
+            p = skip_ws(a, ue + 1, 1)
+            three = a[p] == 44  # ,
+            if not (three | (p == end - 1)).all():
+                raise NotBatch
+            r = np.flatnonzero(three)
+            s1 = skip_ws(a, p[r] + 1, 1)
+            e1 = digits_end(W, a, s1)
+            offset = parse_uints(W, a, s1, e1)
+            c2 = skip_ws(a, e1, 1)
+            s2 = skip_ws(a, c2 + 1, 1)
+            e2 = digits_end(W, a, s2)
+            length = parse_uints(W, a, s2, e2)
+            if not ((a[c2] == 44).all() and (skip_ws(a, e2, 1) == end[r] - 1).all()):
+                raise NotBatch
+            same = same_spans(a, us, ue)
+        except Fallback:
+            raise NotBatch from None
+        heads = np.flatnonzero(~same)
+        try:
+            urls = [text[i:j].decode("utf-8") for i, j in zip(us[heads].tolist(), ue[heads].tolist())]
+        except UnicodeDecodeError:
+            raise NotBatch from None
+        pid = np.asarray(self._url_ids(urls), np.int64)[np.cumsum(~same) - 1]
+        kind = np.where(three, RANGE, WHOLE).astype(np.uint8)
+        off = np.zeros(n, np.uint64)
+        ln = np.zeros(n, np.uint64)
+        off[r], ln[r] = offset, length
+        return kind, pid, off, ln
 
     def inputs(self, items: Sequence[Any], so: Mapping[str, Any]) -> Inputs:
         from . import ListItem
@@ -326,10 +369,17 @@ class _Reader:
         return Inputs(names, urls, self.meta, self.grids, rows, one_set)
 
 
-def _inline(v: str) -> bytes:
-    if v.startswith("base64:"):
+def _inline(text: bytes, escaped: bool) -> bytes:
+    """The bytes of a JSON string value (its text, quotes included): base64 data or the string."""
+    if escaped:
+        import msgspec
+
+        raw = msgspec.json.decode(text).encode("utf-8")
+    else:
+        raw = text[1:-1]
+    if raw.startswith(b"base64:"):
         try:
-            return binascii.a2b_base64(v[7:], strict_mode=True)
+            return binascii.a2b_base64(raw[7:], strict_mode=True)
         except (binascii.Error, ValueError):
             raise NotBatch from None  # the generic reader's rules decide
-    return v.encode("utf-8")
+    return raw
