@@ -89,6 +89,7 @@ def _hand_doc(tmp_path: Path, i: int, version: int) -> dict:
         "x/0.0": [str(blob)],
         "x/0.1": [str(blob), 0, 20],
         "x/0.7": [str(blob), 0, 20],
+        "x/0.01": [str(blob), 4, 4],  # not canonical: a generic key, not chunk (0, 1)
         "y/0": "abcd",
         "notes/readme": "a generic key",
         "s/.zarray": json.dumps({"chunks": [], "compressor": None, "dtype": "|S4", "fill_value": None,
@@ -105,7 +106,7 @@ def test_whole_file_inline_text_and_json_object_values(tmp_path: Path) -> None:
     rs = _same_as_generic(_write(tmp_path, docs), concat_dims="t")
     assert rs["x/2.0"] == (str(tmp_path / "x2.bin"),)
     assert rs["x/3.1"] == (str(tmp_path / "x3.bin"), 0, 20)
-    assert "x/0.7" not in rs and "y/0" not in rs and rs["s/0"] == b"wxyz"
+    assert "x/0.7" not in rs and "x/0.01" not in rs and "y/0" not in rs and rs["s/0"] == b"wxyz"
     np.testing.assert_array_equal(refset.open_dataset(rs).t.values, [0, 10, 20, 30])
 
 

@@ -11,7 +11,7 @@ from .errors import InvalidReferences
 from .keys import METADATA_NAMES, ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
 from .tables import INLINE, MAX_END, RANGE, WHOLE, ChunkTable, KeyTable, Ref, Row, _compact, min_uint
 
-__all__ = ["Builder", "check_ends", "route"]
+__all__ = ["Builder", "check_ends", "route", "dotted_flat"]
 
 
 def check_ends(kind: np.ndarray, offset: np.ndarray, length: np.ndarray) -> int:
@@ -303,13 +303,7 @@ def _route_dotted(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
     for path, (keys, tails, refs) in cand.items():
         if not keys:
             continue
-        g = grids[path]
-        if not g.shape:
-            flat = np.array([0 if t == "0" else -1 for t in tails], np.int64)
-        elif len(tails) >= VECTOR_KEYS:
-            flat = _dotted_flat(tails, g.grid_shape)
-        else:
-            flat = _cached_flat(tails, g.grid_shape)
+        flat = dotted_flat(tails, grids[path].grid_shape)
         good = flat >= 0
         if not good.all():
             for i in np.flatnonzero(~good).tolist():  # not a chunk key of the grid: a generic key
@@ -319,6 +313,16 @@ def _route_dotted(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
         if flat.size:
             out[path] = (flat, refs)
     return out, rest
+
+
+def dotted_flat(tails: list[str], grid: tuple[int, ...]) -> np.ndarray:
+    """Flat C-order chunk index of each "."-separated key tail (``"i.j.k"``; ``"0"`` in a scalar's
+    grid) in a grid of chunk-grid shape ``grid``; -1 where a tail is no canonical chunk key of it."""
+    if not grid:
+        return np.array([0 if t == "0" else -1 for t in tails], np.int64)
+    if len(tails) >= VECTOR_KEYS:
+        return _dotted_flat(tails, grid)
+    return _cached_flat(tails, grid)
 
 
 # Flat indices of the chunk key tails seen lately, per grid shape: sets made from many files repeat

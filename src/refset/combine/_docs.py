@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..builder import dotted_flat
 from ..formats._jsonscan import Fallback, digits_end, parse_uints, same_spans, skip_ws, words
 from ..keys import ChunkGrid, grid_from_metadata
 from ..model import ReferenceSet
@@ -94,15 +95,6 @@ def _read(url: str, so: Mapping[str, Any]) -> bytes:
     return bytes(decompress(data, url)) if packed else data
 
 
-def _chunk_index(key: str) -> tuple[str, tuple[int, ...]] | None:
-    """``"a/b/1.2"`` -> ``("a/b", (1, 2))``; None for a key that is no "."-separated chunk key."""
-    head, _, tail = key.rpartition("/")
-    parts = tail.split(".")
-    if not all(p.isascii() and p.isdigit() for p in parts):
-        return None
-    return head, tuple(int(p) for p in parts)
-
-
 class _Reader:
     def __init__(self, n: int) -> None:
         self.n = n
@@ -110,10 +102,10 @@ class _Reader:
         self.grids: list[dict[str, ChunkGrid]] = [{} for _ in range(n)]
         self.url_ids: dict[str, int] = {}
         self.input_urls: list[set[int]] = [set() for _ in range(n)]
-        # distinct keys: id -> path id (-1: not a chunk key) and chunk index
+        # distinct keys: id -> path id (-1: no chunk key) and the key's tail after the path
         self.key_ids: dict[str, int] = {}
         self.key_path: list[int] = []
-        self.key_index: list[tuple[int, ...]] = []
+        self.key_tail: list[str] = []
         self.paths: dict[str, int] = {}
         self.flat_cache: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
         self.parts: dict[int, list[tuple[np.ndarray, ...]]] = {}
@@ -127,13 +119,10 @@ class _Reader:
             if type(k) is not str:
                 raise NotBatch
             self.key_ids[k] = len(self.key_ids)
-            hit = _chunk_index(k)
-            if hit is None:
-                self.key_path.append(-1)
-                self.key_index.append(())
-            else:
-                self.key_path.append(self.paths.setdefault(hit[0], len(self.paths)))
-                self.key_index.append(hit[1])
+            head, _, tail = k.rpartition("/")
+            # a chunk key candidate as the generic reader routes them (its grid decides: dotted_flat)
+            self.key_path.append(self.paths.setdefault(head, len(self.paths)) if tail[:1].isdigit() else -1)
+            self.key_tail.append(tail)
 
     def _flat(self, p: int, shape: tuple[int, ...]) -> np.ndarray:
         """Flat index of every known key in a grid of ``shape`` for array ``p`` (-1: not its chunk)."""
@@ -142,14 +131,9 @@ class _Reader:
         if got is not None and len(got) == nk:
             return got
         out = np.full(nk, -1, np.int64)
-        for kid in range(0 if got is None else len(got), nk):
-            if self.key_path[kid] != p:
-                continue
-            idx = self.key_index[kid]
-            if not shape:
-                out[kid] = 0 if idx == (0,) else -1
-            elif len(idx) == len(shape) and all(i < s for i, s in zip(idx, shape)):
-                out[kid] = int(np.ravel_multi_index(idx, shape))
+        new = [kid for kid in range(0 if got is None else len(got), nk) if self.key_path[kid] == p]
+        if new:
+            out[new] = dotted_flat([self.key_tail[kid] for kid in new], shape)
         if got is not None:
             out[:len(got)] = got
         self.flat_cache[(p, shape)] = out
