@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,19 +19,24 @@ SHARED = Path(os.environ.get("REFSET_SHARED", REPO.parent / "shared"))
 CORPUS = SHARED / "corpus"
 
 
-def hdf5_corpus() -> list[Path]:
-    """The corpus's HDF5/NetCDF4 files (none when the corpus is absent)."""
+def corpus_files(keep: Callable[[Path, bytes], bool]) -> list[Path]:
+    """The corpus's sample files whose path and first 8 bytes ``keep`` takes (none when the corpus
+    is absent)."""
     if not (CORPUS / "MANIFEST.md").exists():
         return []
-    import h5py
-
     out = []
     for p in sorted(CORPUS.glob("samples/*/*")) + sorted(CORPUS.glob("kerchunk-fixtures/*")):
         with open(p, "rb") as f:
-            head = f.read(8)
-        if head[:3] != b"CDF" and h5py.is_hdf5(p):
-            out.append(p)
+            if keep(p, f.read(8)):
+                out.append(p)
     return out
+
+
+def hdf5_corpus() -> list[Path]:
+    """The corpus's HDF5/NetCDF4 files."""
+    import h5py
+
+    return corpus_files(lambda p, head: head[:3] != b"CDF" and h5py.is_hdf5(p))
 
 
 @pytest.fixture(scope="session")

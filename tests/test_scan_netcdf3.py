@@ -20,7 +20,7 @@ nc4 = pytest.importorskip("netCDF4")
 zarr = pytest.importorskip("zarr")
 xr = pytest.importorskip("xarray")
 
-from .conftest import CORPUS  # noqa: E402
+from .conftest import CORPUS, corpus_files  # noqa: E402
 from .scan_oracle import check_against_xarray  # noqa: E402
 
 FORMATS = {"NETCDF3_CLASSIC": b"CDF\x01", "NETCDF3_64BIT_OFFSET": b"CDF\x02", "NETCDF3_64BIT_DATA": b"CDF\x05"}
@@ -28,14 +28,7 @@ BAD = {"nc_test_bad_cdf5_begin.nc"}  # a corrupt CDF-5 header: netCDF-C refuses 
 
 
 def _netcdf3_corpus() -> list[Path]:
-    if not (CORPUS / "MANIFEST.md").exists():
-        return []
-    out = []
-    for p in sorted(CORPUS.glob("samples/*/*")) + sorted(CORPUS.glob("kerchunk-fixtures/*")):
-        with open(p, "rb") as f:
-            if f.read(4) in FORMATS.values() and p.name not in BAD:
-                out.append(p)
-    return out
+    return corpus_files(lambda p, head: head[:4] in FORMATS.values() and p.name not in BAD)
 
 
 def meta(rs: refset.ReferenceSet, key: str) -> dict:

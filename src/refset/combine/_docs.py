@@ -1,14 +1,15 @@
-"""Reference documents (local JSON files, dicts) read straight into combine's columns.
+"""Local JSON reference files read straight into combine's columns.
 
-Documents are parsed with msgspec a batch at a time; each distinct key is classified once (kerchunk's
-single-file sets of one product repeat the same keys), the values of a batch are taken apart in
-C-level passes (``map``/``itemgetter``/``np.fromiter``), and only metadata and inline values are
-looked at one by one. There is no set, table or numpy call per input, and a batch's Python objects
-are dropped before the next is parsed.
+Documents are parsed with msgspec a batch at a time, their values left as JSON text; each distinct
+key is classified once (kerchunk's single-file sets of one product repeat the same keys); the
+``["url", offset, length]`` values of a batch are taken apart by numpy passes over their text, and
+only metadata and inline values are looked at one by one. There is no set, table or numpy call per
+input, and a batch's parsed objects are dropped before the next is parsed.
 
-Anything unusual (Version 1 templates or ``gen``, a value of another form, a non-local or non-JSON
-input, a grid with "/"-separated keys...) raises :class:`NotBatch`: combine then opens each input as a
-set, whose reader reports problems precisely. What this module accepts, it reads as that reader does.
+Anything unusual (Version 1 templates or ``gen``, a value of another form, an input that is not a
+local JSON file, a grid with "/"-separated keys...) raises :class:`NotBatch`: combine then opens each
+input as a set, whose reader reports problems precisely. What this module accepts, it reads as that
+reader does.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ class NotBatch(Exception):
 
 
 def read_documents(items: Sequence[Any], storage_options: Mapping[str, Any]) -> Inputs:
-    """The :class:`Inputs` of ``items`` (local JSON reference files, dicts, items of JSON lists).
-    Raises :class:`NotBatch` for anything the generic reader must see."""
+    """The :class:`Inputs` of ``items`` (local JSON reference files, plain or compressed). Raises
+    :class:`NotBatch` for anything the generic reader must see."""
     reader = _Reader(len(items))
     for start in range(0, len(items), BATCH):
         part = items[start:start + BATCH]
@@ -101,7 +102,6 @@ class _Reader:
         self.meta: list[dict[str, Ref]] = [{} for _ in range(n)]
         self.grids: list[dict[str, ChunkGrid]] = [{} for _ in range(n)]
         self.url_ids: dict[str, int] = {}
-        self.input_urls: list[set[int]] = [set() for _ in range(n)]
         # distinct keys: id -> path id (-1: no chunk key) and the key's tail after the path
         self.key_ids: dict[str, int] = {}
         self.key_path: list[int] = []
@@ -182,11 +182,11 @@ class _Reader:
 
     def _others(self, rows: np.ndarray, keys: list[str], vals: list[Any], owner: np.ndarray) -> None:
         """Keys that are no chunk keys: checked as the generic reader checks them; metadata kept."""
+        import msgspec
+
         from ..formats._json_v0 import normalize_value
 
         problems: list[str] = []
-        import msgspec
-
         for r, i in zip(rows.tolist(), owner[rows].tolist(), strict=True):
             k = keys[r]
             try:
@@ -195,8 +195,6 @@ class _Reader:
                 raise NotBatch from None
             if problems:
                 raise NotBatch
-            if isinstance(v, tuple):
-                self.input_urls[i].add(self._url_ids([v[0]])[0])
             if k.endswith(META_NAMES):
                 self.meta[i][k] = v  # type: ignore[assignment]
                 head, _, name = k.rpartition("/")
@@ -214,7 +212,7 @@ class _Reader:
         ids = self.url_ids
         for u in dict.fromkeys(urls):
             if u not in ids:
-                if type(u) is not str or "{{" in u:
+                if "{{" in u:
                     raise NotBatch
                 ids[u] = len(ids)
         return list(map(ids.__getitem__, urls))
@@ -257,9 +255,6 @@ class _Reader:
             us, ue = q[lo[li]] + 1, q[lo[li] + 1]
             k, p, o, s = self._lists(text, a, us, ue, end[li])
             kind[li], pid[li], off[li], ln[li] = k, p, o, s
-            pairs = np.unique(owner[li] * (len(self.url_ids) + 1) + p)
-            for i, u in zip((pairs // (len(self.url_ids) + 1)).tolist(), (pairs % (len(self.url_ids) + 1)).tolist()):
-                self.input_urls[i].add(u)
         inline: dict[int, bytes] = {}
         si = np.flatnonzero(is_str)
         for r, x, y, esc in zip(si.tolist(), start[si].tolist(), end[si].tolist(), escaped[si].tolist()):
@@ -318,18 +313,6 @@ class _Reader:
         return kind, pid, off, ln
 
     def inputs(self, items: Sequence[Any], so: Mapping[str, Any]) -> Inputs:
-        from . import ListItem
-
-        urls = list(self.url_ids)
-        names = []
-        for i, x in enumerate(items):
-            if isinstance(x, str | os.PathLike):
-                names.append(os.fspath(x))
-            elif len(self.input_urls[i]) == 1:
-                names.append(urls[next(iter(self.input_urls[i]))])
-            else:
-                names.append(x.name if isinstance(x, ListItem) else f"input {i}")
-        paths = list(self.paths)
         n = self.n
         parts, inline = self.parts, self.inline
 
@@ -349,8 +332,7 @@ class _Reader:
 
             return open_input(items[i], i, storage_options=so)[0]
 
-        del paths
-        return Inputs(names, urls, self.meta, self.grids, rows, one_set)
+        return Inputs([os.fspath(x) for x in items], list(self.url_ids), self.meta, self.grids, rows, one_set)
 
 
 def _inline(text: bytes, escaped: bool) -> bytes:
