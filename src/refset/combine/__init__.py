@@ -62,12 +62,23 @@ def combine(
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
         raise InvalidReferences("combine: concat_dims is empty")
-    items = expand_lists(list(inputs))
-    if not items:
-        raise InvalidReferences("combine: no inputs")
+    given = list(inputs)
     so = dict(storage_options or {})
     ro = so if remote_options is None else dict(remote_options)
     sc = dict(scan_options or {})
+    if given and preprocess is None and client is None:
+        try:  # local JSON reference files, read together (lists of sets are not taken)
+            batch = read_documents(given, so)
+        except NotBatch:
+            pass
+        else:
+            if progress is not None:
+                for _ in given:
+                    progress(1)
+            return _combine(batch, dims, identical_dims, coo_map, coo_dtypes, postprocess, check, ro)
+    items = expand_lists(given)
+    if not items:
+        raise InvalidReferences("combine: no inputs")
     if client is not None:
         from ._dask import combine_on_cluster
 
@@ -77,16 +88,6 @@ def combine(
                                  progress=progress, scan_options=sc)
         _check_identical(identical_dims, list(out.grids))
         return postprocess(out) if postprocess is not None else out
-    if preprocess is None:
-        try:
-            inputs = read_documents(items, so)
-        except NotBatch:
-            pass
-        else:
-            if progress is not None:
-                for _ in items:
-                    progress(1)
-            return _combine(inputs, dims, identical_dims, coo_map, coo_dtypes, postprocess, check, ro)
     opened, unused = [], []
     for i, x in enumerate(items):
         with warnings.catch_warnings(record=True) as caught:

@@ -1,29 +1,31 @@
 """Local JSON reference files read straight into combine's columns.
 
-Documents are parsed with msgspec a batch at a time, their values left as JSON text; each distinct
-key is classified once (kerchunk's single-file sets of one product repeat the same keys); the
-``["url", offset, length]`` values of a batch are taken apart by numpy passes over their text, and
-only metadata and inline values are looked at one by one. There is no set, table or numpy call per
-input, and a batch's parsed objects are dropped before the next is parsed.
+The reference bodies (the ``refs`` object of a Version 1 document, a Version 0 document itself) of a
+batch of documents are joined into one text and taken apart as the vectorised JSON reader takes a
+large document apart (``formats._jsonplan``): string table, member grammar, chunk key tails, URL runs
+and integers are numpy passes over the text. Only string values (metadata, inline data), the first
+key of each run of one array's chunk keys and the first URL of each run are decoded one by one. There
+is no set, table, dict or Python object per reference.
 
 Anything unusual (Version 1 templates or ``gen``, a value of another form, an input that is not a
-local JSON file, a grid with "/"-separated keys...) raises :class:`NotBatch`: combine then opens each
-input as a set, whose reader reports problems precisely. What this module accepts, it reads as that
-reader does.
+local JSON file, a grid with "/"-separated keys, a key given twice...) raises :class:`NotBatch`:
+combine then opens each input as a set, whose reader reports problems precisely. What this module
+accepts, it reads as that reader does.
 """
 
 from __future__ import annotations
 
 import binascii
 import os
+import re
 from collections.abc import Mapping, Sequence
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from ..builder import dotted_flat
-from ..formats._jsonscan import Fallback, digits_end, parse_uints, same_spans, skip_ws, words
+from ..formats._jsonplan import Doc, base64_bytes, member_shape
+from ..formats._jsonscan import LOW8, Fallback, key_tails, same_spans, skip_ws, word
 from ..keys import ChunkGrid, grid_from_metadata
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE, Ref
@@ -31,8 +33,13 @@ from ._inputs import META_NAMES, Inputs, Rows
 
 __all__ = ["read_documents", "NotBatch", "BATCH"]
 
-#: Documents parsed before their values are taken apart (bounds the Python objects alive at once).
+#: Documents taken apart together (with :data:`BATCH_BYTES`, bounds the temporary memory).
 BATCH = 128
+BATCH_BYTES = 1 << 25
+MEMO_SIZE = 1 << 14  # string values up to this size are decoded once per spelling
+_PAD = 16  # spaces before the first body: the 8-byte word reads never start before the text
+_WS = b" \t\r\n"
+_NOT_WS = re.compile(rb"[^ \t\r\n]")
 
 
 class NotBatch(Exception):
@@ -41,42 +48,96 @@ class NotBatch(Exception):
 
 def read_documents(items: Sequence[Any], storage_options: Mapping[str, Any]) -> Inputs:
     """The :class:`Inputs` of ``items`` (local JSON reference files, plain or compressed). Raises
-    :class:`NotBatch` for anything the generic reader must see."""
+    :class:`NotBatch` for anything the generic reader must see.
+
+    The next batch is read from disk and parsed on a helper thread (file reads and most numpy passes
+    let go of the GIL) while this one takes the parsed batch apart."""
+    from concurrent.futures import ThreadPoolExecutor
+
     reader = _Reader(len(items))
-    for start in range(0, len(items), BATCH):
-        part = items[start:start + BATCH]
-        reader.add(start, [_document(x, storage_options) for x in part])
+    with ThreadPoolExecutor(1, thread_name_prefix="refset-read") as ahead:
+        job = ahead.submit(_prepare, items, 0, storage_options)
+        while True:
+            start, stop, parsed = job.result()
+            if stop < len(items):
+                job = ahead.submit(_prepare, items, stop, storage_options)
+            try:
+                reader.add(start, parsed)
+            except BaseException:
+                job.cancel()
+                raise
+            if stop == len(items):
+                break
     return reader.inputs(items, storage_options)
 
 
-def _document(x: Any, so: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The ``refs`` of one input: its keys, each with its value's JSON text (``msgspec.Raw``)."""
-    import msgspec
+def _prepare(items: Sequence[Any], start: int, so: Mapping[str, Any]) -> tuple[int, int, _Parsed]:
+    """Read inputs from ``start`` on (up to :data:`BATCH` of them or :data:`BATCH_BYTES` of text) and
+    parse them: (start, stop, parsed)."""
+    bodies: list[memoryview] = []
+    size, stop = 0, start
+    while stop < len(items) and len(bodies) < BATCH and size < BATCH_BYTES:
+        bodies.append(_body(items[stop], so))
+        size += len(bodies[-1])
+        stop += 1
+    try:
+        try:
+            parsed = _parse(bodies)
+        except Fallback:  # values the member grammar does not take (JSON objects...): as normal JSON
+            parsed = _parse([_normalised(b) for b in bodies])
+    except Fallback:
+        raise NotBatch from None
+    return start, stop, parsed
 
+
+def _body(x: Any, so: Mapping[str, Any]) -> memoryview:
+    """The text of the references object of one input, from its "{" to its "}"."""
     if not isinstance(x, str | os.PathLike):
         raise NotBatch  # sets, dicts, items of JSON lists: as they are
-    doc = _raw_object(_read(os.fspath(x), so))
-    if "version" not in doc:
-        return doc
-    try:
-        version = msgspec.json.decode(doc["version"])
-        extra = {k: msgspec.json.decode(v) for k, v in doc.items() if k not in ("version", "refs")}
-    except msgspec.DecodeError:
-        raise NotBatch from None
-    if version != 1 or type(version) is not int or set(extra) - {"templates", "gen"} or any(
-            extra.values()) or "refs" not in doc:
+    data = _read(os.fspath(x), so)
+    first = _NOT_WS.search(data)
+    if first is None:
         raise NotBatch
-    return _raw_object(doc["refs"])
+    lo, hi = first.start(), len(data)
+    while data[hi - 1] in _WS:
+        hi -= 1
+    if data[lo] != 123 or data[hi - 1] != 125:  # { ... }
+        raise NotBatch
+    if b'"version"' in data:
+        lo, hi = _refs_body(data, lo, hi)
+    return memoryview(data)[lo:hi]
 
 
-def _raw_object(data: Any) -> dict[str, Any]:
-    """A JSON object's members, their values as JSON text."""
+def _refs_body(data: bytes, lo: int, hi: int) -> tuple[int, int]:
+    """Where the ``refs`` object of ``{"version": 1, ..., "refs": {...}}`` (``data[lo:hi]``) lies;
+    ``refs`` must be the last member and templates and ``gen`` empty."""
     import msgspec
 
+    at = data.find(b'"refs"', lo, hi)
+    if at < 0:
+        raise NotBatch
     try:
-        return msgspec.json.decode(data, type=dict[str, msgspec.Raw])
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        head = msgspec.json.decode(data[lo:at] + b'"refs": {}}')
+    except msgspec.DecodeError:
         raise NotBatch from None
+    if not (isinstance(head, dict) and head.get("refs") == {} and type(head.get("version")) is int
+            and head["version"] == 1 and set(head) <= {"version", "refs", "templates", "gen"}
+            and not head.get("templates") and not head.get("gen")):
+        raise NotBatch
+    p = at + 6
+    while data[p] in _WS:
+        p += 1
+    if data[p] != 58:  # :
+        raise NotBatch
+    p += 1
+    while data[p] in _WS:
+        p += 1
+    end = hi - 1  # the document's "}"
+    while data[end - 1] in _WS:
+        end -= 1
+    if data[p] != 123 or data[end - 1] != 125 or end - 1 <= p:
+        raise NotBatch
+    return p, end
 
 
 def _read(url: str, so: Mapping[str, Any]) -> bytes:
@@ -102,215 +163,187 @@ class _Reader:
         self.meta: list[dict[str, Ref]] = [{} for _ in range(n)]
         self.grids: list[dict[str, ChunkGrid]] = [{} for _ in range(n)]
         self.url_ids: dict[str, int] = {}
-        # distinct keys: id -> path id (-1: no chunk key) and the key's tail after the path
-        self.key_ids: dict[str, int] = {}
-        self.key_path: list[int] = []
-        self.key_tail: list[str] = []
         self.paths: dict[str, int] = {}
-        self.flat_cache: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
         self.parts: dict[int, list[tuple[np.ndarray, ...]]] = {}
         self.inline: dict[int, dict[int, bytes]] = {}
         self.count: dict[int, int] = {}
+        self.texts: dict[bytes, Any] = {}  # a key's or string value's JSON text: what it reads as
+        self.grid_of: dict[bytes, ChunkGrid | None] = {}
 
-    def _new_keys(self, keys: list[str]) -> None:
-        for k in keys:
-            if k in self.key_ids:
-                continue
-            if type(k) is not str:
+    def add(self, start: int, parsed: _Parsed) -> None:
+        """Take the parsed bodies of inputs ``start``, ``start + 1``... apart."""
+        doc, owner, cols, (pend, ndim, idx) = parsed
+        ks, is_arr = cols[0], cols[4]
+        owner += start
+        try:
+            # metadata first (the grids decide which keys are chunks): string values of keys that
+            # end in no index; the others are routed column-wise, and what is left one by one
+            first = np.flatnonzero(~is_arr & (ndim == 0))
+            others = self._values(doc, first, owner, cols)
+            routed, chunks = self._route(doc, owner, ks, pend, ndim, idx)
+            routed[first] = True
+            others += self._values(doc, np.flatnonzero(~routed), owner, cols)
+            self._keep(doc, owner, cols, chunks, self._chunks(others))
+        except Fallback:
+            raise NotBatch from None
+
+    def _meta(self, i: int, key: str, value: Ref) -> None:
+        self.meta[i][key] = value
+        head, _, name = key.rpartition("/")
+        if name == "zarr.json":
+            raise NotBatch  # zarr v3: the generic path refuses it by name
+        if name == ".zarray":
+            if not isinstance(value, bytes):
                 raise NotBatch
-            self.key_ids[k] = len(self.key_ids)
-            head, _, tail = k.rpartition("/")
-            # a chunk key candidate as the generic reader routes them (its grid decides: dotted_flat)
-            self.key_path.append(self.paths.setdefault(head, len(self.paths)) if tail[:1].isdigit() else -1)
-            self.key_tail.append(tail)
+            g = self.grid_of.get(value)
+            if g is None:
+                g = self.grid_of[value] = grid_from_metadata(".zarray", value)
+            if g is None or g.separator != "." or g.prefix:
+                raise NotBatch
+            self.grids[i][head] = g
 
-    def _flat(self, p: int, shape: tuple[int, ...]) -> np.ndarray:
-        """Flat index of every known key in a grid of ``shape`` for array ``p`` (-1: not its chunk)."""
-        nk = len(self.key_path)
-        got = self.flat_cache.get((p, shape))
-        if got is not None and len(got) == nk:
-            return got
-        out = np.full(nk, -1, np.int64)
-        new = [kid for kid in range(0 if got is None else len(got), nk) if self.key_path[kid] == p]
-        if new:
-            out[new] = dotted_flat([self.key_tail[kid] for kid in new], shape)
-        if got is not None:
-            out[:len(got)] = got
-        self.flat_cache[(p, shape)] = out
+    def _values(self, doc: Doc, rows: np.ndarray, owner: np.ndarray, cols: tuple[np.ndarray, ...],
+                ) -> list[tuple[int, int, str, Ref]]:
+        """Members read one by one as the generic reader reads them: metadata kept, the others
+        returned as (member, input, key, value). Keys and string values are decoded once per
+        spelling (inputs of one product repeat them)."""
+        ks, ke, vs, ve, is_arr, whole, offset, length = cols
+        text, data, texts = doc.text, doc.data, self.texts
+        out = []
+        for m, i, k0, k1, v0, v1 in zip(rows.tolist(), owner[rows].tolist(), ks[rows].tolist(),
+                                        ke[rows].tolist(), vs[rows].tolist(), ve[rows].tolist()):
+            raw = data[k0:k1]
+            key = texts.get(raw)
+            if key is None:
+                key = texts[raw] = text(k0, k1)
+            if is_arr[m]:
+                url = text(v0, v1)
+                v: Ref = (url,) if whole[m] else (url, int(offset[m]), int(length[m]))
+            else:
+                raw = data[v0 - 1:v1] if v1 - v0 < MEMO_SIZE else None  # with the quote: no key's text
+                v = texts.get(raw) if raw is not None else None
+                if v is None:
+                    v = _string(doc, v0, v1, key)
+                    if raw is not None:
+                        texts[raw] = v
+            if key.endswith(META_NAMES):
+                self._meta(i, key, v)
+            else:
+                out.append((m, i, key, v))
         return out
 
-    def add(self, start: int, docs: list[Mapping[str, Any]]) -> None:
-        keys: list[str] = []
-        vals: list[Any] = []
-        counts = []
-        for refs in docs:
-            keys.extend(refs)
-            vals.extend(refs.values())
-            counts.append(len(refs))
-        del docs
-        got = list(map(self.key_ids.get, keys))
-        if None in got:
-            self._new_keys(keys)
-            got = list(map(self.key_ids.__getitem__, keys))
-        kid = np.fromiter(got, np.int64, len(got))
-        owner = np.repeat(np.arange(start, start + len(counts), dtype=np.int64), counts)
-        kpath = np.asarray(self.key_path, np.int64)[kid]
-        # metadata first: the grids say which keys are chunk keys
-        rest = np.flatnonzero(kpath < 0)
-        self._others(rest, keys, vals, owner)
-        flat = np.full(len(kid), -1, np.int64)
-        cand = np.flatnonzero(kpath >= 0)
-        if cand.size:
+    def _chunks(self, values: list[tuple[int, int, str, Ref]]) -> list[tuple[int, int, int, Ref]]:
+        """Those of ``values`` that are chunks (the generic reader's routing): (member, path id,
+        flat, value)."""
+        out = []
+        for m, i, key, v in values:
+            head, _, tail = key.rpartition("/")
+            g = self.grids[i].get(head)
+            if g is not None and tail[:1].isdigit():
+                f = int(dotted_flat([tail], g.grid_shape)[0])
+                if f >= 0:
+                    out.append((m, self.paths.setdefault(head, len(self.paths)), f, v))
+        return out
+
+    def _route(self, doc: Doc, owner: np.ndarray, ks: np.ndarray, pend: np.ndarray, ndim: np.ndarray,
+               idx: list[np.ndarray]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        """Members whose keys are canonical chunk keys of a known grid, found column-wise (runs of
+        one path, key tails): (routed mask, (member, path id, flat))."""
+        a = doc.a
+        routed = np.zeros(ks.size, bool)
+        got = []
+        chunky = np.flatnonzero(ndim > 0)
+        if chunky.size:
+            heads = np.flatnonzero(~same_spans(a, ks[chunky], pend[chunky], doc.W))
+            pids = []
+            for r in chunky[heads].tolist():
+                k0, p = int(ks[r]), int(pend[r])
+                pids.append(self.paths.setdefault(doc.text(k0, p) if p > k0 else "", len(self.paths)))
+            path = np.repeat(np.asarray(pids, np.int64), np.diff(np.append(heads, chunky.size)))
             names = list(self.paths)
-            for p in np.unique(kpath[cand]).tolist():
-                sel = cand[kpath[cand] == p]
+            for p in dict.fromkeys(pids):
+                sel = chunky[path == p]
+                own = owner[sel]
+                present = dict.fromkeys(own[np.flatnonzero(np.diff(own, prepend=-1))].tolist())
                 shapes: dict[tuple[int, ...], list[int]] = {}
-                for i in range(start, start + len(counts)):
+                for i in present:
                     g = self.grids[i].get(names[p])
-                    if g is not None:
+                    if g is not None and g.ndim:
                         shapes.setdefault(g.grid_shape, []).append(i)
-                for shape, members in shapes.items():
-                    part = sel if len(shapes) == 1 and len(members) == len(counts) else sel[
-                        np.isin(owner[sel], members)]
-                    flat[part] = self._flat(p, shape)[kid[part]]
-        chunk = flat >= 0
-        self._others(np.flatnonzero(~chunk & (kpath >= 0)), keys, vals, owner)
-        rows = np.flatnonzero(chunk)
-        if rows.size:
-            picked = itemgetter(*rows.tolist())(vals)
-            self._chunks(rows, kpath[rows], flat[rows], owner[rows], list(picked) if rows.size > 1 else [picked])
+                for shape, inputs in shapes.items():
+                    if len(shape) > len(idx):
+                        continue  # no key has that many indices
+                    part = sel if len(inputs) == len(present) else sel[np.isin(own, inputs)]
+                    good = ndim[part] == len(shape)
+                    for d, n in enumerate(reversed(shape)):
+                        v = idx[d][part]
+                        good &= (v >= 0) & (v < n)
+                    part = part[good]
+                    routed[part] = True
+                    flat = np.ravel_multi_index(tuple(idx[d][part] for d in reversed(range(len(shape)))), shape)
+                    got.append((part, np.full(part.size, p, np.int64), flat.astype(np.int64)))
+        if not got:
+            z = np.zeros(0, np.int64)
+            return routed, (z, z, z)
+        return routed, tuple(np.concatenate(c) for c in zip(*got))
 
-    def _others(self, rows: np.ndarray, keys: list[str], vals: list[Any], owner: np.ndarray) -> None:
-        """Keys that are no chunk keys: checked as the generic reader checks them; metadata kept."""
-        import msgspec
-
-        from ..formats._json_v0 import normalize_value
-
-        problems: list[str] = []
-        for r, i in zip(rows.tolist(), owner[rows].tolist(), strict=True):
-            k = keys[r]
-            try:
-                v = normalize_value(k, msgspec.json.decode(vals[r]), problems)
-            except msgspec.DecodeError:
-                raise NotBatch from None
-            if problems:
-                raise NotBatch
-            if k.endswith(META_NAMES):
-                self.meta[i][k] = v  # type: ignore[assignment]
-                head, _, name = k.rpartition("/")
-                if name == "zarr.json":
-                    raise NotBatch  # zarr v3: the generic path refuses it by name
-                if name == ".zarray":
-                    if not isinstance(v, bytes):
-                        raise NotBatch
-                    g = grid_from_metadata(".zarray", v)
-                    if g is None or g.separator != "." or g.prefix:
-                        raise NotBatch
-                    self.grids[i][head] = g
+    def _keep(self, doc: Doc, owner: np.ndarray, cols: tuple[np.ndarray, ...],
+              chunks: tuple[np.ndarray, ...], more: list[tuple[int, int, int, Ref]]) -> None:
+        """Append the chunk rows of a batch to each array's columns (URLs decoded once per run)."""
+        _ks, _ke, vs, ve, is_arr, whole, offset, length = cols
+        m, path, flat = chunks
+        known: dict[int, Ref] = {}
+        if more:
+            mm, mp, mf, mv = zip(*more)
+            m = np.concatenate((m, np.asarray(mm, np.int64)))
+            path = np.concatenate((path, np.asarray(mp, np.int64)))
+            flat = np.concatenate((flat, np.asarray(mf, np.int64)))
+            known = dict(zip(mm, mv))
+        if not m.size:
+            return
+        step = np.diff(path)
+        if not ((step > 0) | ((step == 0) & (np.diff(m) > 0))).all():
+            order = np.lexsort((m, path))  # per array, in member order (so inputs ascend)
+            m, path, flat = m[order], path[order], flat[order]
+        lst = is_arr[m]
+        kind = np.where(whole[m], WHOLE, RANGE).astype(np.uint8)
+        kind[~lst] = INLINE
+        off = np.where(lst, offset[m], 0).astype(np.uint64)
+        ln = np.where(lst, length[m], 0).astype(np.uint64)
+        pid = np.zeros(m.size, np.int64)
+        li = np.flatnonzero(lst)
+        if li.size:
+            us, ue = vs[m[li]], ve[m[li]]
+            heads = np.flatnonzero(~same_spans(doc.a, us, ue, doc.W))
+            run_ids = self._url_ids([doc.text(int(us[h]), int(ue[h])) for h in heads.tolist()])
+            pid[li] = np.repeat(np.asarray(run_ids, np.int64), np.diff(np.append(heads, li.size)))
+        starts = np.flatnonzero(np.diff(path, prepend=-1))
+        sizes = np.diff(np.append(starts, m.size))
+        base = np.zeros(starts.size, np.int64)
+        for g, (s0, n) in enumerate(zip(starts.tolist(), sizes.tolist())):
+            p = int(path[s0])
+            sel = slice(s0, s0 + n)
+            own = owner[m[sel]]
+            _check_unique(own, flat[sel])
+            base[g] = self.count.get(p, 0) - s0
+            self.parts.setdefault(p, []).append((own, flat[sel], kind[sel], pid[sel], off[sel], ln[sel]))
+            self.count[p] = self.count.get(p, 0) + n
+        si = np.flatnonzero(~lst)
+        if si.size:
+            at = si + np.repeat(base, sizes)[si]  # each inline row's place among its array's rows
+            data = _strings(doc, vs, ve, m[si], known)
+            cut = np.flatnonzero(np.diff(path[si])) + 1
+            for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), si.size]):
+                self.inline.setdefault(int(path[si[lo]]), {}).update(zip(at[lo:hi].tolist(), data[lo:hi]))
 
     def _url_ids(self, urls: Sequence[str]) -> list[int]:
         ids = self.url_ids
-        for u in dict.fromkeys(urls):
+        for u in urls:
             if u not in ids:
                 if "{{" in u:
                     raise NotBatch
                 ids[u] = len(ids)
         return list(map(ids.__getitem__, urls))
-
-    def _chunks(self, rows: np.ndarray, path: np.ndarray, flat: np.ndarray, owner: np.ndarray,
-                vals: list[Any]) -> None:
-        """Chunk references from their values' JSON text (valid JSON: msgspec checked it):
-        ``["url", offset, length]`` and ``["url"]`` taken apart by numpy passes over the text of all
-        of them, strings (inline data) one by one; anything else raises NotBatch."""
-        n = len(vals)
-        if not n:
-            return
-        size = np.fromiter(map(len, vals), np.int64, n)
-        text = b" " * 16 + b"".join(vals) + b" " * 24  # room for the 8-byte word reads
-        del vals
-        a = np.frombuffer(text, np.uint8)
-        end = 16 + np.cumsum(size)  # each value's end (exclusive)
-        start = end - size
-        q = np.flatnonzero(a == 34)  # quotes
-        lo = np.searchsorted(q, start)
-        quotes = np.searchsorted(q, end) - lo
-        if b"\\" in text:
-            bs = np.flatnonzero(a == 92)
-            escaped = np.searchsorted(bs, end) - np.searchsorted(bs, start)
-        else:
-            escaped = np.zeros(n, np.int64)
-        head = a[start]
-        is_list = head == 91  # [
-        is_str = head == 34  # "
-        if not (is_list | is_str).all():
-            raise NotBatch  # numbers, objects...: the generic reader says what they are
-        kind = np.full(n, INLINE, np.uint8)
-        pid = np.zeros(n, np.int64)
-        off = np.zeros(n, np.uint64)
-        ln = np.zeros(n, np.uint64)
-        li = np.flatnonzero(is_list)
-        if li.size:
-            if (quotes[li] != 2).any() or escaped[li].any():
-                raise NotBatch  # other strings than the URL, escapes
-            us, ue = q[lo[li]] + 1, q[lo[li] + 1]
-            k, p, o, s = self._lists(text, a, us, ue, end[li])
-            kind[li], pid[li], off[li], ln[li] = k, p, o, s
-        inline: dict[int, bytes] = {}
-        si = np.flatnonzero(is_str)
-        for r, x, y, esc in zip(si.tolist(), start[si].tolist(), end[si].tolist(), escaped[si].tolist()):
-            inline[r] = _inline(text[x:y], bool(esc))
-        order = np.argsort(path, kind="stable")
-        cuts = np.flatnonzero(np.diff(path[order])) + 1
-        bases = {}
-        for grp in np.split(order, cuts):
-            p = int(path[grp[0]])
-            bases[p] = self.count.get(p, 0)
-            self.parts.setdefault(p, []).append((owner[grp], flat[grp], kind[grp], pid[grp], off[grp], ln[grp]))
-            self.count[p] = bases[p] + len(grp)
-        if inline:  # each inline row's place among its array's rows
-            starts = np.concatenate(([0], cuts))
-            place = np.empty(n, np.int64)
-            place[order] = np.arange(n) - np.repeat(starts, np.diff(np.concatenate((starts, [n]))))
-            for r, p, j in zip(inline, path[si].tolist(), place[si].tolist()):
-                self.inline.setdefault(p, {})[bases[p] + j] = inline[r]
-
-    def _lists(self, text: bytes, a: np.ndarray, us: np.ndarray, ue: np.ndarray, end: np.ndarray,
-               ) -> tuple[np.ndarray, ...]:
-        """(kind, url id, offset, length) of list values whose one string (the URL, no escapes) spans
-        ``us:ue`` and which end at ``end``."""
-        n = len(us)
-        if not (a[us - 1] == 34).all() or not (a[us - 2] == 91).all():
-            raise NotBatch  # whitespace before the URL
-        W = words(text)
-        try:
-            p = skip_ws(a, ue + 1, 1)
-            three = a[p] == 44  # ,
-            if not (three | (p == end - 1)).all():
-                raise NotBatch
-            r = np.flatnonzero(three)
-            s1 = skip_ws(a, p[r] + 1, 1)
-            e1 = digits_end(W, a, s1)
-            offset = parse_uints(W, a, s1, e1)
-            c2 = skip_ws(a, e1, 1)
-            s2 = skip_ws(a, c2 + 1, 1)
-            e2 = digits_end(W, a, s2)
-            length = parse_uints(W, a, s2, e2)
-            if not ((a[c2] == 44).all() and (skip_ws(a, e2, 1) == end[r] - 1).all()):
-                raise NotBatch
-            same = same_spans(a, us, ue)
-        except Fallback:
-            raise NotBatch from None
-        heads = np.flatnonzero(~same)
-        try:
-            urls = [text[i:j].decode("utf-8") for i, j in zip(us[heads].tolist(), ue[heads].tolist())]
-        except UnicodeDecodeError:
-            raise NotBatch from None
-        pid = np.asarray(self._url_ids(urls), np.int64)[np.cumsum(~same) - 1]
-        kind = np.where(three, RANGE, WHOLE).astype(np.uint8)
-        off = np.zeros(n, np.uint64)
-        ln = np.zeros(n, np.uint64)
-        off[r], ln[r] = offset, length
-        return kind, pid, off, ln
 
     def inputs(self, items: Sequence[Any], so: Mapping[str, Any]) -> Inputs:
         n = self.n
@@ -335,17 +368,116 @@ class _Reader:
         return Inputs([os.fspath(x) for x in items], list(self.url_ids), self.meta, self.grids, rows, one_set)
 
 
-def _inline(text: bytes, escaped: bool) -> bytes:
-    """The bytes of a JSON string value (its text, quotes included): base64 data or the string."""
-    if escaped:
-        import msgspec
+_Parsed = tuple[Doc, np.ndarray, tuple[np.ndarray, ...], tuple[Any, ...]]
 
-        raw = msgspec.json.decode(text).encode("utf-8")
+
+def _parse(bodies: list[memoryview]) -> _Parsed:
+    """The string table of the bodies joined, the body of each member, the members' parts
+    (:func:`member_shape`) and their key tails (:func:`key_tails`); Fallback when a body is no flat
+    object of string and list values."""
+    sizes = np.fromiter(map(len, bodies), np.int64, len(bodies))
+    pad = b" " * (_PAD - 1)
+    text = b" ".join([pad, *bodies, pad])
+    begin = _PAD + np.concatenate(([0], np.cumsum(sizes[:-1] + 1)))
+    end = begin + sizes
+    doc = Doc(text)
+    a = doc.a
+    # the strings of each body alternate key, value: a value holds one string (a list its URL)
+    first = np.searchsorted(doc.q[0::2], begin)
+    nstr = np.diff(np.append(first, doc.nstr))
+    if (nstr % 2).any():
+        raise Fallback
+    owner = np.repeat(np.arange(len(begin)), nstr // 2)
+    doc.members = members = doc.nstr // 2
+    filled = nstr > 0
+    if (skip_ws(a, begin[filled] + 1, 1) != doc.q[2 * first[filled]]).any():
+        raise Fallback  # "{" and the first key's quote
+    for b, e in zip(begin[~filled].tolist(), end[~filled].tolist()):
+        if text[b + 1 : e - 1].strip(_WS):
+            raise Fallback
+    more = np.zeros(members, bool)
+    more[:-1] = owner[1:] == owner[:-1]
+    parts = member_shape(doc, np.arange(members), more)
+    term = parts[-1]
+    if (term[~more] != end[owner[~more]] - 1).any():
+        raise Fallback  # a body's last member ends at its "}"
+    ks, ke = parts[0], parts[1]
+    return doc, owner, parts[:-1], key_tails(doc.W, a, ks, ke)
+
+
+def _normalised(body: memoryview) -> memoryview:
+    """``body`` parsed and written again as compact JSON, JSON objects (metadata) as their text."""
+    import msgspec
+
+    from ..formats._json_v0 import normalize_value
+
+    try:
+        refs = msgspec.json.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        raise NotBatch from None
+    if not isinstance(refs, dict):
+        raise NotBatch
+    problems: list[str] = []
+    for k, v in refs.items():
+        if isinstance(v, dict):
+            text = normalize_value(k, v, problems)
+            if problems or not isinstance(text, bytes):
+                raise NotBatch
+            refs[k] = text.decode("utf-8")
+    return memoryview(msgspec.json.encode(refs))
+
+
+def _string(doc: Doc, s: int, e: int, key: str | None) -> bytes:
+    """The bytes of the string value spanning ``s:e`` (base64 data decoded), as the generic reader
+    reads it."""
+    from ..formats._json_v0 import normalize_value
+
+    v = base64_bytes(doc.data, s, e)
+    if v is None:
+        problems: list[str] = []
+        v = normalize_value(key or "", doc.text(s, e), problems)  # type: ignore[assignment]
+        if problems or not isinstance(v, bytes):
+            raise NotBatch
+    return v
+
+
+_BASE64 = word(b"base64:")
+
+
+def _strings(doc: Doc, vs: np.ndarray, ve: np.ndarray, rows: np.ndarray, known: Mapping[int, Any],
+             ) -> list[bytes]:
+    """The bytes of the string values of members ``rows`` (``known``: those already read)."""
+    s, e = vs[rows], ve[rows]
+    b64 = (e - s > 7) & ((doc.W[s] & LOW8[7]) == _BASE64)
+    if known:
+        b64 &= ~np.isin(rows, np.fromiter(known, np.int64, len(known)))
+    out: list[Any] = [None] * rows.size
+    fast = np.flatnonzero(b64)
+    mv, a2b = memoryview(doc.data), binascii.a2b_base64
+    try:  # strict base64 straight from the text; anything else one by one below
+        got = [a2b(mv[x + 7:y], strict_mode=True) for x, y in zip(s[fast].tolist(), e[fast].tolist())]
+    except (binascii.Error, ValueError):
+        b64[:] = False
     else:
-        raw = text[1:-1]
-    if raw.startswith(b"base64:"):
-        try:
-            return binascii.a2b_base64(raw[7:], strict_mode=True)
-        except (binascii.Error, ValueError):
-            raise NotBatch from None  # the generic reader's rules decide
-    return raw
+        for j, v in zip(fast.tolist(), got):
+            out[j] = v
+    for j in np.flatnonzero(~b64).tolist():
+        r = int(rows[j])
+        out[j] = known[r] if r in known else _string(doc, int(s[j]), int(e[j]), None)
+    return out
+
+
+def _check_unique(owner: np.ndarray, flat: np.ndarray) -> None:
+    """A chunk given twice by one input (a key repeated, or spelled twice): the generic reader
+    keeps the last, as JSON parsers do."""
+    if owner.size < 2:
+        return
+    lo = int(owner[0])
+    span = int(flat.max()) + 1
+    code = (owner - lo) * span + flat
+    if (int(owner[-1]) - lo + 1) * span <= 1 << 22:
+        repeated = np.bincount(code).max() > 1
+    else:
+        repeated = np.unique(code).size < code.size
+    if repeated:
+        raise NotBatch

@@ -36,7 +36,7 @@ from ._jsonscan import (
 )
 from ._templates import Templates
 
-__all__ = ["Plan", "Doc", "plan_document", "MIN_SIZE"]
+__all__ = ["Plan", "Doc", "plan_document", "member_shape", "base64_bytes", "MIN_SIZE"]
 
 MIN_SIZE = 1 << 16  # smaller documents parse faster with the generic parser
 
@@ -113,10 +113,12 @@ def _envelope(doc: Doc) -> tuple[dict[str, Any] | None, int]:
     return rest, 2
 
 
-def _shape(doc: Doc, m: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Check members ``m`` (ascending member numbers) and find their parts.
+def member_shape(doc: Doc, m: np.ndarray, more: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """Check members ``m`` (ascending member numbers) and find their parts. ``more``: whether a
+    member is followed by another of its object (default: all but the document's last are).
 
-    Returns key/value spans, ``is_arr`` (value is a list), ``whole`` ([url]), offset and length.
+    Returns key/value spans, ``is_arr`` (value is a list), ``whole`` ([url]), offset, length and
+    ``term``, the position of the ',' or '}' after each member.
     """
     a, W = doc.a, doc.W
     j = doc.first + 2 * m
@@ -162,7 +164,8 @@ def _shape(doc: Doc, m: np.ndarray) -> tuple[np.ndarray, ...]:
         offset[three] = parse_uints(W, a, s1, e1)
         length[three] = parse_uints(W, a, s2, e2)
     # members are separated by ',' and the body ends with '}'
-    more = m < doc.members - 1
+    if more is None:
+        more = m < doc.members - 1
     if not np.all(a[term] == np.where(more, 44, 125)):
         raise Fallback
     nxt_key = doc.s(doc.first + 2 * (m[more] + 1)) - 1
@@ -211,7 +214,7 @@ class Plan:
         for ks, ke, vs, ve in zip(doc.s(kj).tolist(), doc.e(kj).tolist(), doc.s(kj + 1).tolist(),
                                   doc.e(kj + 1).tolist()):
             key = text(ks, ke)
-            raw = _base64_bytes(data, vs, ve)
+            raw = base64_bytes(data, vs, ve)
             add(key, raw if raw is not None else _inline(text(vs, ve), key, problems))
         del kj
         if problems:
@@ -245,7 +248,7 @@ class Plan:
             # checked now: a lazy set may answer from ``other`` without ever reading the chunk members
             served = np.flatnonzero(one_by_one | is_str[m0:m1]) + m0
             if served.size:
-                term = _shape(doc, served)[-1]
+                term = member_shape(doc, served)[-1]
                 if served[-1] == doc.members - 1:
                     check_end(doc.a, int(term[-1]) + 1, self.closers)
             for i in np.flatnonzero(one_by_one).tolist():
@@ -290,7 +293,7 @@ class Plan:
                     raise Fallback  # given inline and as a list: the generic path orders them
                 b.add(key, ref)
         m = members[rows]
-        _ks, _ke, vs, ve, _is_arr, whole, offset, length, _term = _shape(doc, m)
+        _ks, _ke, vs, ve, _is_arr, whole, offset, length, _term = member_shape(doc, m)
         _columns(doc, np.arange(m.size), names, aid, flat, vs, ve, whole, offset, length,
                  self.templates, b)
         return b.build_parts()[1][path]
@@ -305,7 +308,7 @@ class Plan:
             for m0 in range(k0, k1, BATCH):  # smaller batches here: the costly part, more memory
                 m1 = min(m0 + BATCH, k1)
                 lo, hi = np.searchsorted(rows, [m0 - k0, m1 - k0])
-                _ks, _ke, vs, ve, _is_arr, whole, offset, length, term = _shape(
+                _ks, _ke, vs, ve, _is_arr, whole, offset, length, term = member_shape(
                     doc, np.arange(m0, m1, dtype=np.int64))
                 _columns(doc, rows[lo:hi] - (m0 - k0), names, aid[lo:hi], flat[lo:hi], vs, ve, whole,
                          offset, length, self.templates, b)
@@ -515,7 +518,7 @@ def _columns(
             b.add_chunks(prefix, flat[sel], kind[sel], pid[sel], offset[r], length[r])
 
 
-def _base64_bytes(data: bytes, s: int, e: int) -> bytes | None:
+def base64_bytes(data: bytes, s: int, e: int) -> bytes | None:
     """The bytes of a ``base64:`` string value decoded straight from the text (its common case:
     strict base64 has no escapes), else None for the generic path."""
     if e - s > 7 and data[s:s + 7] == b"base64:":  # data: bytes or an mmap
