@@ -99,7 +99,7 @@ class Combiner:
             cols = [c[first] for c in cols]
             keep = {r: p for p, r in enumerate(first.tolist())}
             inl = {keep[r]: b for r, b in inl.items() if r in keep}
-        inline = {int(cols[0][r]): b for r, b in inl.items()}
+        inline = dict(zip(cols[0][np.fromiter(inl, np.int64, len(inl))].tolist(), inl.values()))
         self.tables[path] = ChunkTable.from_entries(grid, *cols, inline=inline)
         new_dims = [c.dim for c in gains]
         self.meta[f"{path}/.zarray"] = metadata_bytes({**meta, "shape": shape, "chunks": chunks},
@@ -191,7 +191,7 @@ class Combiner:
                                             f"in input {self.names[i]!r}, {meta['shape']} in {self.names[i0]!r}")
             values = read_arrays(inp, path, have, self.so)
             for i, v in zip(have[1:], values[1:]):
-                if not np.array_equal(v, values[0], equal_nan=v.dtype.kind in "fc"):
+                if v is not values[0] and not np.array_equal(v, values[0], equal_nan=v.dtype.kind in "fc"):
                     raise InvalidReferences(f"identical dim {path!r}: values in input {self.names[i]!r} "
                                             f"differ from input {self.names[i0]!r}")
         self.tables[path] = _table_of(inp.rows(path), i0, inp.grids[i0][path])
