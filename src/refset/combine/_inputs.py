@@ -15,7 +15,7 @@ import numpy as np
 
 from ..keys import ChunkGrid
 from ..model import ReferenceSet
-from ..tables import INLINE, RANGE, WHOLE, Ref, union_urls
+from ..tables import INLINE, RANGE, WHOLE, Ref, resolve, union_urls
 
 __all__ = ["Inputs", "Rows", "META_NAMES"]
 
@@ -132,14 +132,18 @@ class Inputs:
 
 def _metadata(rs: ReferenceSet) -> dict[str, Ref]:
     """The metadata keys of ``rs`` and their values."""
-    keys = [k for k in rs.other.keys.tolist() if k.endswith(META_NAMES)]
-    return {k: rs[k] for k in keys}
+    other, urls = rs.other, rs.urls
+    return {k: resolve(other.row(i), urls, k) for i, k in enumerate(other.keys.tolist())
+            if k.endswith(META_NAMES)}
 
 
 def inline_rows(rows: Rows, sel: slice | np.ndarray) -> dict[int, bytes]:
-    """``rows.inline`` of the rows ``sel`` selects, keyed by their position in the selection."""
+    """``rows.inline`` of the rows ``sel`` selects, keyed by their position in the selection (not to
+    be changed: all rows give ``rows.inline`` itself)."""
     if not rows.inline:
         return {}
+    if isinstance(sel, slice) and sel == slice(None):
+        return rows.inline
     idx = np.arange(len(rows.flat))[sel]
     pos = np.flatnonzero(rows.kind[sel] == INLINE)
     return {p: rows.inline[r] for p, r in zip(pos.tolist(), idx[pos].tolist(), strict=True)}

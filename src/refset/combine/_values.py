@@ -180,10 +180,10 @@ def _codecs(meta: Mapping[str, Any], path: str) -> list[Any]:
 def _assemble(meta: Mapping[str, Any], dtype: np.dtype, grid: Any, chunks: list[tuple[int, bytes]],
               path: str) -> np.ndarray:
     shape, cshape = grid.shape, grid.chunks
-    if len(chunks) == 1 and len(shape) <= 1 and dtype.kind not in "OUSV" and not meta.get("compressor") and not \
-            meta.get("filters") and isinstance(chunks[0][1], bytes) and chunks[0][0] == 0 and \
-            len(chunks[0][1]) == dtype.itemsize * (shape[0] if shape else 1) and (not shape or shape[0] <= cshape[0]):
-        return np.frombuffer(chunks[0][1], dtype).reshape(shape)  # one uncompressed chunk: its values
+    if len(chunks) == 1 and len(shape) == 1 and dtype.kind not in "OUSV" and not meta.get("compressor") and \
+            not meta.get("filters") and isinstance(chunks[0][1], bytes) and chunks[0][0] == 0 and \
+            shape[0] <= cshape[0] and len(chunks[0][1]) in (dtype.itemsize * cshape[0], dtype.itemsize * shape[0]):
+        return np.frombuffer(chunks[0][1], dtype)[:shape[0]]  # one uncompressed chunk (or its values)
     fill = fill_of(meta, dtype)
     out = np.full(shape, fill if fill is not None else 0, dtype=dtype if dtype.kind != "O" else object)
     codecs = _codecs(meta, path)

@@ -162,6 +162,8 @@ def same_spans(a: np.ndarray, s: np.ndarray, e: np.ndarray, W: np.ndarray | None
     same = np.zeros(n.size, bool)
     if n.size < 2:
         return same
+    if W is not None and e.max() <= W.size:
+        return _same_words(W, s, n)
     if W is not None and n.max() <= 16 and e.min() >= 16:
         # short spans: the last two words, masked to the span, hold all of it
         same[1:] = n[1:] == n[:-1]
@@ -189,6 +191,26 @@ def same_spans(a: np.ndarray, s: np.ndarray, e: np.ndarray, W: np.ndarray | None
             hit[1:] = (x[1:] == x[:-1]).all(axis=1)
         hit[1:] &= rows[1:] == rows[:-1] + 1
         same[rows] = hit
+    return same
+
+
+_FIRST = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], np.uint64)  # first k bytes
+
+
+def _same_words(W: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """:func:`same_spans` eight bytes at a time: a span is compared with the one before it while they
+    agree (every word read lies within the text: the spans end by ``W.size``)."""
+    same = np.zeros(n.size, bool)
+    cand = np.flatnonzero(n[1:] == n[:-1]) + 1
+    o = 0
+    while cand.size:
+        left = n[cand] - o
+        done = left <= 0
+        same[cand[done]] = True
+        cand, left = cand[~done], left[~done]
+        mask = _FIRST[np.minimum(left, 8)]
+        cand = cand[(W[s[cand] + o] & mask) == (W[s[cand - 1] + o] & mask)]
+        o += 8
     return same
 
 
