@@ -239,6 +239,68 @@ def test_big_indices_and_metadata_as_references(tmp_path: Path) -> None:
         read_documents(_write(tmp_path, docs), {})
 
 
+def _tiny(tmp_path: Path, name: str, i: int, text: str = "", **refs) -> str:
+    """A small Version 1 set of one ``t`` step; ``text`` is written before ``"refs"``."""
+    z = {"chunks": [1], "compressor": None, "dtype": "<i4", "fill_value": None, "filters": None,
+         "order": "C", "shape": [1], "zarr_format": 2}
+    body = {".zgroup": '{"zarr_format": 2}', "t/.zarray": json.dumps(z),
+            "t/.zattrs": '{"_ARRAY_DIMENSIONS": ["t"]}',
+            "t/0": "base64:" + base64.b64encode(np.int32(i).tobytes()).decode(), **refs}
+    p = tmp_path / f"{name}{i}.json"
+    p.write_text('{"version": 1, ' + text + '"refs": ' + json.dumps(body) + "}")
+    return str(p)
+
+
+def test_a_repeated_metadata_key_keeps_its_last_value(tmp_path: Path) -> None:
+    paths = []
+    for i in range(2):
+        p = _tiny(tmp_path, "m", i)
+        text = Path(p).read_text()  # the same key as a reference first, then as text
+        Path(p).write_text(text.replace('"t/.zattrs"', '"t/.zattrs": ["/nowhere/attrs.json"], "t/.zattrs"'))
+        paths.append(p)
+    assert read_documents(paths, {}).meta[0]["t/.zattrs"] == b'{"_ARRAY_DIMENSIONS": ["t"]}'
+    _same_as_generic(paths, concat_dims="t")
+
+
+@pytest.mark.parametrize("text", ['"templates": null, ', '"templates": [], ', '"gen": {}, ', '"gen": 0, '])
+def test_version_1_fields_of_the_wrong_type_are_named(tmp_path: Path, text: str) -> None:
+    paths = [_tiny(tmp_path, "v", i, text) for i in range(2)]
+    with pytest.raises(NotBatch):
+        read_documents(paths, {})
+    with pytest.raises(InvalidReferences, match=r"templates|gen"):
+        combine(paths, concat_dims="t")
+
+
+@pytest.mark.parametrize("key", ["notes/readme", "t/5", "t/.zattrs"])
+def test_template_urls_outside_the_chunks_are_named(tmp_path: Path, key: str) -> None:
+    paths = [_tiny(tmp_path, "u", i, **{key: ["{{u}}/file.nc", 0, 4]}) for i in range(2)]
+    with pytest.raises(NotBatch):
+        read_documents(paths, {})
+    with pytest.raises(InvalidReferences, match="u"):
+        combine(paths, concat_dims="t")
+
+
+@pytest.mark.parametrize("doc", [
+    b'{".zgroup": {"zarr_format": 2}, "t/.zattrs": "\xff"}',  # normalised, not UTF-8
+    b'{"version": 1, "templates": {"u": "\xff"}, "refs": {}}',
+    b'{"version": 1, "gen": ' + b"[" * 100000 + b"]" * 100000 + b', "refs": {}}',
+    b"\x1f\x8b not gzip",
+])
+def test_broken_documents_are_named_by_the_generic_reader(tmp_path: Path, doc: bytes) -> None:
+    paths = [str(tmp_path / f"{i}.json") for i in range(2)]
+    for p in paths:
+        Path(p).write_bytes(doc)
+    with pytest.raises(NotBatch):
+        read_documents(paths, {})
+    with pytest.raises(InvalidReferences) as slow:
+        combine(paths, concat_dims="t", preprocess=_generic)
+    with pytest.raises(InvalidReferences) as fast:
+        combine(paths, concat_dims="t")
+    assert str(fast.value) == str(slow.value)
+    with pytest.raises(NotBatch):
+        read_documents([], {})
+
+
 def test_progress_is_called_once_per_input(tmp_path: Path) -> None:
     files = [_day(tmp_path / f"d{i}.nc", 2 * i) for i in range(3)]
     paths = _write(tmp_path, _kerchunk(files))

@@ -54,6 +54,8 @@ def read_documents(items: Sequence[Any], storage_options: Mapping[str, Any]) -> 
     let go of the GIL) while this one takes the parsed batch apart."""
     from concurrent.futures import ThreadPoolExecutor
 
+    if not items:
+        raise NotBatch
     reader = _Reader(len(items))
     with ThreadPoolExecutor(1, thread_name_prefix="refset-read") as ahead:
         job = ahead.submit(_prepare, items, 0, storage_options)
@@ -118,11 +120,11 @@ def _refs_body(data: bytes, lo: int, hi: int) -> tuple[int, int]:
         raise NotBatch
     try:
         head = msgspec.json.decode(data[lo:at] + b'"refs": {}}')
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         raise NotBatch from None
     if not (isinstance(head, dict) and head.get("refs") == {} and type(head.get("version")) is int
             and head["version"] == 1 and set(head) <= {"version", "refs", "templates", "gen"}
-            and not head.get("templates") and not head.get("gen")):
+            and head.get("templates", {}) == {} and head.get("gen", []) == []):
         raise NotBatch
     p = at + 6
     while data[p] in _WS:
@@ -154,7 +156,12 @@ def _read(url: str, so: Mapping[str, Any]) -> bytes:
             data = head + f.read()
     except OSError:  # a directory (parquet), missing: the generic reader says what it is
         raise NotBatch from None
-    return bytes(decompress(data, url)) if packed else data
+    if not packed:
+        return data
+    try:
+        return bytes(decompress(data, url))
+    except Exception:  # a broken stream: the generic reader names it, in input order
+        raise NotBatch from None
 
 
 class _Reader:
@@ -173,12 +180,13 @@ class _Reader:
     def add(self, start: int, parsed: _Parsed) -> None:
         """Take the parsed bodies of inputs ``start``, ``start + 1``... apart."""
         doc, owner, cols, (pend, ndim, idx) = parsed
-        ks, is_arr = cols[0], cols[4]
+        ks = cols[0]
         owner += start
         try:
-            # metadata first (the grids decide which keys are chunks): string values of keys that
-            # end in no index; the others are routed column-wise, and what is left one by one
-            first = np.flatnonzero(~is_arr & (ndim == 0))
+            # metadata first (the grids decide which keys are chunks), in member order (the last
+            # of a repeated key wins): keys that end in no index; the others are routed
+            # column-wise, and what is left one by one
+            first = np.flatnonzero(ndim == 0)
             others = self._values(doc, first, owner, cols)
             routed, chunks = self._route(doc, owner, ks, pend, ndim, idx)
             routed[first] = True
@@ -218,6 +226,8 @@ class _Reader:
                 key = texts[raw] = text(k0, k1)
             if is_arr[m]:
                 url = text(v0, v1)
+                if "{{" in url:
+                    raise NotBatch  # a template: Version 1 with templates, or a mistake
                 v: Ref = (url,) if whole[m] else (url, int(offset[m]), int(length[m]))
             else:
                 raw = data[v0 - 1:v1] if v1 - v0 < MEMO_SIZE else None  # with the quote: no key's text
@@ -413,7 +423,7 @@ def _normalised(body: memoryview) -> memoryview:
 
     try:
         refs = msgspec.json.decode(body)
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         raise NotBatch from None
     if not isinstance(refs, dict):
         raise NotBatch
@@ -474,10 +484,10 @@ def _check_unique(owner: np.ndarray, flat: np.ndarray) -> None:
         return
     lo = int(owner[0])
     span = int(flat.max()) + 1
-    code = (owner - lo) * span + flat
     if (int(owner[-1]) - lo + 1) * span <= 1 << 22:
-        repeated = np.bincount(code).max() > 1
+        repeated = np.bincount((owner - lo) * span + flat).max() > 1
     else:
-        repeated = np.unique(code).size < code.size
+        order = np.lexsort((flat, owner))
+        repeated = ((np.diff(owner[order]) == 0) & (np.diff(flat[order]) == 0)).any()
     if repeated:
         raise NotBatch
