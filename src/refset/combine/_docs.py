@@ -25,7 +25,7 @@ import numpy as np
 
 from ..builder import dotted_flat
 from ..formats._jsonplan import Doc, base64_bytes, member_shape
-from ..formats._jsonscan import LOW8, Fallback, key_tails, same_spans, skip_ws, word
+from ..formats._jsonscan import LOW8, Fallback, key_tails, same_spans, skip_ws, tails_in_grid, word
 from ..keys import ChunkGrid, grid_from_metadata
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE, Ref
@@ -126,14 +126,10 @@ def _refs_body(data: bytes, lo: int, hi: int) -> tuple[int, int]:
             and head["version"] == 1 and set(head) <= {"version", "refs", "templates", "gen"}
             and head.get("templates", {}) == {} and head.get("gen", []) == []):
         raise NotBatch
-    p = at + 6
-    while data[p] in _WS:
-        p += 1
-    if data[p] != 58:  # :
+    colon = _NOT_WS.search(data, at + 6, hi).start()  # the document ends with "}": always found
+    p = _NOT_WS.search(data, colon + 1, hi).start()
+    if data[colon] != 58:  # :
         raise NotBatch
-    p += 1
-    while data[p] in _WS:
-        p += 1
     end = hi - 1  # the document's "}"
     while data[end - 1] in _WS:
         end -= 1
@@ -144,13 +140,14 @@ def _refs_body(data: bytes, lo: int, hi: int) -> tuple[int, int]:
 
 def _read(url: str, so: Mapping[str, Any]) -> bytes:
     from ..formats._io import decompress, is_local, local_path
+    from ..formats.registry import GZIP_MAGIC, ZSTD_MAGIC
 
     if not is_local(url, so):
         raise NotBatch
     try:
         with open(local_path(url), "rb") as f:
             head = f.read(64)
-            packed = head[:2] in (b"\x1f\x8b", b"\x28\xb5")
+            packed = head[:2] == GZIP_MAGIC or head[:4] == ZSTD_MAGIC
             if not packed and head.lstrip()[:1] != b"{":
                 raise NotBatch  # a data file, a packed set...: not read further
             data = head + f.read()
@@ -281,17 +278,10 @@ class _Reader:
                     if g is not None and g.ndim:
                         shapes.setdefault(g.grid_shape, []).append(i)
                 for shape, inputs in shapes.items():
-                    if len(shape) > len(idx):
-                        continue  # no key has that many indices
                     part = sel if len(inputs) == len(present) else sel[np.isin(own, inputs)]
-                    good = ndim[part] == len(shape)
-                    for d, n in enumerate(reversed(shape)):
-                        v = idx[d][part]
-                        good &= (v >= 0) & (v < n)
-                    part = part[good]
+                    part, flat = tails_in_grid(ndim, idx, part, shape)
                     routed[part] = True
-                    flat = np.ravel_multi_index(tuple(idx[d][part] for d in reversed(range(len(shape)))), shape)
-                    got.append((part, np.full(part.size, p, np.int64), flat.astype(np.int64)))
+                    got.append((part, np.full(part.size, p, np.int64), flat))
         if not got:
             z = np.zeros(0, np.int64)
             return routed, (z, z, z)

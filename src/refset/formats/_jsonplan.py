@@ -31,6 +31,7 @@ from ._jsonscan import (
     quotes,
     same_spans,
     skip_ws,
+    tails_in_grid,
     word,
     words,
 )
@@ -392,18 +393,9 @@ def _classify(
                 names.append(prefix)
             arr_of[chunky[s0:s1]] = j
         for j, prefix in enumerate(names):
-            rows = np.flatnonzero(arr_of == j)
-            g = grids[prefix]
-            if g.ndim > len(idx):
-                continue  # no key of the batch has that many indices
-            good = ndim[rows] == g.ndim
-            for d, n in enumerate(reversed(g.grid_shape)):
-                v = idx[d][rows]
-                good &= (v >= 0) & (v < n)
-            rows = rows[good]
+            rows, flat_j = tails_in_grid(ndim, idx, np.flatnonzero(arr_of == j), grids[prefix].grid_shape)
             ok[rows] = True
-            flat[rows] = np.ravel_multi_index(
-                tuple(idx[d][rows] for d in reversed(range(g.ndim))), g.grid_shape)
+            flat[rows] = flat_j
     sel = np.flatnonzero(ok)
     return lists[sel], names, arr_of[sel].astype(np.int16 if len(names) < 2**15 else np.int64), flat[sel]
 

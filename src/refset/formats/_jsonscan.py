@@ -15,6 +15,7 @@ from .._threads import parallel_map
 
 __all__ = [
     "Fallback", "words", "skip_ws", "parse_uints", "same_spans", "decode_string", "key_tails", "quotes",
+    "tails_in_grid",
     "digits_end", "check_end", "word", "byte_lt", "top_byte", "masked", "swar8", "is_digits",
     "WS", "U8", "HI", "ZEROS", "LOW8", "QUOTE_BLOCK",
 ]
@@ -162,15 +163,8 @@ def same_spans(a: np.ndarray, s: np.ndarray, e: np.ndarray, W: np.ndarray | None
     same = np.zeros(n.size, bool)
     if n.size < 2:
         return same
-    if W is not None and e.max() <= W.size:
+    if W is not None and e.max() <= W.size:  # (spans in the text's last 7 bytes: gathered below)
         return _same_words(W, s, n)
-    if W is not None and n.max() <= 16 and e.min() >= 16:
-        # short spans: the last two words, masked to the span, hold all of it
-        same[1:] = n[1:] == n[:-1]
-        lo = masked(W[e - 8], np.minimum(n, 8))
-        hi = masked(W[e - 16], n - np.minimum(n, 8))
-        same[1:] &= (lo[1:] == lo[:-1]) & (hi[1:] == hi[:-1])
-        return same
     if n.min() == n.max():
         groups = [np.arange(n.size)]
     else:
@@ -268,6 +262,21 @@ def key_tails(
         end[active[cont]] = start[cont] - 1
         active = active[cont]
     return pend, ndim, idx
+
+
+def tails_in_grid(ndim: np.ndarray, idx: list[np.ndarray], rows: np.ndarray, shape: tuple[int, ...],
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Of ``rows`` (whose key tails :func:`key_tails` parsed into ``ndim`` and ``idx``), those that
+    name a chunk of a grid of chunk-grid ``shape`` (ndim >= 1), and their flat indices."""
+    if len(shape) > len(idx):  # no key has that many indices
+        return rows[:0], np.zeros(0, np.int64)
+    good = ndim[rows] == len(shape)
+    for d, n in enumerate(reversed(shape)):
+        v = idx[d][rows]
+        good &= (v >= 0) & (v < n)
+    rows = rows[good]
+    flat = np.ravel_multi_index(tuple(idx[d][rows] for d in reversed(range(len(shape)))), shape)
+    return rows, flat.astype(np.int64)
 
 
 QUOTE_BLOCK = 1 << 22  # bytes scanned per task: its temporaries stay small and are reused
