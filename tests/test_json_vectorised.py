@@ -129,6 +129,41 @@ def test_many_inline_chunks_route_as_key_by_key():
         refset.load(bad)
 
 
+
+@pytest.mark.parametrize("extra", [
+    b', "root/1.0": "base64:AAAB", "root/1.0": "base64:AAAC"',  # an inline chunk twice: the later wins
+    b', "root\\/2.0": "base64:AAAB"',  # an inline chunk spelled with an escape, after the plain one
+    b', "root/3.0": ["u", 1, 2]',  # an inline chunk also given as a list, after it
+    b', "root/0.1": "x", "root/0.1": ["u", 1, 2], "root/0.1": "y"',  # inline, list, inline again
+    b', "root/\\u0034.0": "base64:AAAB"',  # an escape that ends in a digit, naming an inline chunk
+    b', "root/5.0": "tab\\tand \\"quote\\" \\u00e9"',  # inline text with escapes, not base64
+])
+def test_inline_chunks_read_column_wise_keep_json_order(extra):
+    """Inline chunks of the grids are read column-wise: whatever order and spelling they come in,
+    the result is the generic parser's."""
+    d = _doc(n_files=5)
+    d["root/.zarray"] = zarray([3000, 2], [1, 1], sep=".")
+    for i in range(3000):
+        for j in range(2):
+            d[f"root/{i}.{j}"] = f"base64:{i:04d}"
+    text = json.dumps(d).encode()
+    _check(text[:-1] + extra + b"}", fast_expected=False)
+
+
+def test_generated_key_naming_an_inline_chunk():
+    """A Version 1 ``gen`` key names a chunk that ``refs`` holds inline: the generic order decides."""
+    d = _doc(n_files=5)
+    d["root/.zarray"] = zarray([3000], [1], sep=".")
+    for i in range(3000):
+        d[f"root/{i}"] = f"base64:{i:04d}"
+    doc = {"version": 1, "gen": [{"key": "root/{{i}}", "url": "g.nc", "offset": "{{i}}", "length": "1",
+                                  "dimensions": {"i": {"stop": 3}}}], "refs": d}
+    text = json.dumps(doc).encode()
+    generic = from_document(json.loads(text))
+    assert refset.load(text).to_dict() == generic.to_dict()
+    assert refset.load(text, lazy=True).to_dict() == generic.to_dict()
+    assert refset.load(text)["root/2"] == generic["root/2"]
+
 def test_duplicate_keys_last_wins():
     d = _doc()
     text = json.dumps(d)

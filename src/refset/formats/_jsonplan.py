@@ -15,7 +15,7 @@ from .._threads import parallel_map
 from ..builder import Builder, route
 from ..errors import InvalidReferences
 from ..keys import KeyRouter
-from ..tables import RANGE, WHOLE, ChunkTable, KeyTable, Ref
+from ..tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref
 from ._json import collect, decode_json
 from ._json_v0 import normalize_value
 from ._json_v1 import DEFAULT_MAX_GEN
@@ -199,8 +199,6 @@ class Plan:
                 raise Fallback
             self.templates = Templates({**tmpl, **(template_overrides or {})})
         b = self.builder = Builder()
-        problems: list[str] = []
-        # string values (metadata, inline data) go through the per-key path; grids need them.
         # A value is a string when the text before its opening quote is ':' (ws allowed), not '['.
         a = doc.a
         value_open = doc.q[2 * doc.first + 2 :: 4].astype(np.int64)
@@ -210,19 +208,10 @@ class Plan:
         if not np.all((before == 58) | (before == 91)):
             raise Fallback
         is_str[maybe] = before == 58
-        kj = doc.first + 2 * np.flatnonzero(is_str)
-        text, data, add = doc.text, doc.data, b.add
-        for ks, ke, vs, ve in zip(doc.s(kj).tolist(), doc.e(kj).tolist(), doc.s(kj + 1).tolist(),
-                                  doc.e(kj + 1).tolist()):
-            key = text(ks, ke)
-            raw = base64_bytes(data, vs, ve)
-            add(key, raw if raw is not None else _inline(text(vs, ve), key, problems))
-        del kj
-        if problems:
-            raise Fallback
-        self.string_keys = set(b.items)
-        self.is_str = is_str
         del value_open, maybe, before
+        self.is_str = is_str
+        self.inline = _string_members(doc, np.flatnonzero(is_str), b)
+        self.string_keys = set(b.items)
         self.grids = b.grids()
         self.batches: list[tuple[int, int, np.ndarray, list[str], np.ndarray, np.ndarray]] | None = None
         self.heads = _list_heads(doc, is_str, self.grids)
@@ -261,7 +250,7 @@ class Plan:
                     b.add(key, ref)
         if problems:
             raise Fallback
-        if self.grids and _collides(b, KeyRouter(self.grids), batches):
+        if self.grids and _collides(b, self.grids, batches, self.inline):
             raise Fallback  # a chunk given both inline and as a range: let the generic path order them
         self.batches = batches
 
@@ -287,12 +276,17 @@ class Plan:
             if router.locate(doc.text(int(ks[i]), int(ke[i]))) is not None:
                 return None
         b = Builder({path: g}, url_ids=self.builder.url_ids)  # ids stay valid when all is read
-        for key, ref in self.builder.items.items():  # inline chunks of this array
+        for key, ref in self.builder.items.items():  # odd spellings of its chunks (few keys)
             hit = router.locate(key)
             if hit is not None:
                 if np.isin(flat, hit[1]).any():
                     raise Fallback  # given inline and as a list: the generic path orders them
                 b.add(key, ref)
+        got = self.inline.get(path)
+        if got is not None:  # its inline chunks
+            if np.isin(flat, got[0]).any():
+                raise Fallback
+            _add_inline(b, path, *got)
         m = members[rows]
         _ks, _ke, vs, ve, _is_arr, whole, offset, length, _term = member_shape(doc, m)
         _columns(doc, np.arange(m.size), names, aid, flat, vs, ve, whole, offset, length,
@@ -323,6 +317,8 @@ class Plan:
                     max_gen=self.max_gen or DEFAULT_MAX_GEN, template_overrides=self.template_overrides)
             if problems:
                 raise InvalidReferences(problems)
+            if self.inline and _collides(b, self.grids, [], self.inline):
+                raise Fallback  # a generated key names an inline chunk: the generic path orders them
         return b.build_parts()
 
     @property
@@ -526,14 +522,72 @@ def _inline(value: str, key: str, problems: list[str]) -> bytes:
     return v if isinstance(v, bytes) else b""
 
 
-def _collides(b: Builder, router: KeyRouter, batches: list[tuple[Any, ...]]) -> bool:
-    """Whether a single key names a chunk that a classified list member also holds."""
-    routed = {p: f for p, (f, _) in route(b.items, router.grids)[0].items()}
-    if not routed:
-        return False
+def _string_members(doc: Doc, members: np.ndarray, b: Builder) -> dict[str, tuple[np.ndarray, dict[int, bytes]]]:
+    """Add the string-valued ``members`` to ``b``: metadata and keys outside the chunk grids one by
+    one, inline chunks of the grids column-wise (returned per array: flat indices, their bytes)."""
+    a, data, text = doc.a, doc.data, doc.text
+    kj = doc.first + 2 * members
+    ks, ke, vs, ve = doc.s(kj), doc.e(kj), doc.s(kj + 1), doc.e(kj + 1)
+    del kj
+    problems: list[str] = []
+
+    def value(i: int) -> bytes:
+        s, e = int(vs[i]), int(ve[i])
+        raw = base64_bytes(data, s, e)
+        return raw if raw is not None else _inline(text(s, e), text(int(ks[i]), int(ke[i])), problems)
+
+    # no metadata key ends with a digit: metadata first, then the chunk keys of the grids it gives
+    last = a[np.maximum(ke - 1, 0)]
+    chunky = (ke > ks) & (last >= 48) & (last <= 57)
+    del last
+    add = b.add
+    for i in np.flatnonzero(~chunky).tolist():
+        add(text(int(ks[i]), int(ke[i])), value(i))
+    rows, names, aid, flat = _classify(doc, ks, ke, np.flatnonzero(chunky), b.grids())
+    single = chunky
+    single[rows] = False
+    items = b.items
+    for i in np.flatnonzero(single).tolist():  # scalars' chunks, odd spellings, keys off the grids
+        key = text(int(ks[i]), int(ke[i]))
+        if key in items:
+            raise Fallback  # a key given twice: the generic path keeps the later one
+        add(key, value(i))
+    inline: dict[str, tuple[np.ndarray, dict[int, bytes]]] = {}
+    if rows.size:
+        raws: list[bytes | None] = [base64_bytes(data, s, e) for s, e in zip(vs[rows].tolist(), ve[rows].tolist())]
+        for r in [r for r, x in enumerate(raws) if x is None]:  # inline text that is not base64
+            raws[r] = value(int(rows[r]))
+        for j, name in enumerate(names):
+            sel = np.flatnonzero(aid == j)
+            f = flat[sel]
+            inline[name] = (f, dict(zip(f.tolist(), [raws[r] for r in sel.tolist()], strict=True)))
+            _add_inline(b, name, *inline[name])
+    if problems:
+        raise Fallback
+    if inline and _collides(b, b.grids(), [], inline):
+        raise Fallback  # a chunk given inline twice, spelled two ways: the generic path orders them
+    return inline
+
+
+def _add_inline(b: Builder, path: str, flat: np.ndarray, values: dict[int, bytes]) -> None:
+    z = np.zeros(flat.size, np.uint8)
+    b.add_chunks(path, flat, np.full(flat.size, INLINE, np.uint8), z, z, z, inline=values)
+
+
+def _collides(b: Builder, grids: Mapping[str, Any], batches: list[tuple[Any, ...]],
+              inline: Mapping[str, tuple[np.ndarray, dict[int, bytes]]]) -> bool:
+    """Whether one chunk is named twice in ways whose order the builder does not keep: by a single
+    key and by a classified list member or an inline member, or by a list member and an inline one."""
+    routed = {p: f for p, (f, _) in route(b.items, grids)[0].items()}
+    for path, (f, _) in inline.items():
+        if path in routed and np.isin(f, routed[path]).any():
+            return True
     for _m0, _m1, _rows, names, aid, flat in batches:
         for j, path in enumerate(names):
-            if path in routed and np.isin(flat[aid == j], routed[path]).any():
+            mine = flat[aid == j]
+            if path in routed and np.isin(mine, routed[path]).any():
+                return True
+            if path in inline and np.isin(mine, inline[path][0]).any():
                 return True
     return False
 
