@@ -281,3 +281,37 @@ def test_large_local_file_is_mapped_not_copied(tmp_path: Path):
     p.write_text(json.dumps(d)[:-3])  # truncated: the generic parser reports it
     with pytest.raises(InvalidReferences, match="invalid JSON"):
         refset.load(p)
+
+
+@pytest.mark.parametrize("block", [3, 1 << 16])
+def test_writer_text_is_the_dict_encoded(monkeypatch, tmp_path: Path, block: int):
+    """The column-wise writer spells every reference as the Version 0 dict does: paths and URLs that
+    need JSON escapes, inline text, inline binary, inline text that starts with "base64:", whole
+    files, sparse and scalar arrays, and references written in several blocks."""
+    import msgspec
+
+    from refset.formats import _json_v0
+
+    monkeypatch.setattr(_json_v0, "WRITE_BLOCK", block)
+    refs = {
+        ".zgroup": '{"zarr_format": 2}',
+        'we"ird\\ é/.zarray': zarray([4, 3], [2, 2]),
+        'we"ird\\ é/0.0': ['s3://b/"q"\\é\n.nc', 10, 20],
+        'we"ird\\ é/0.1': ["file:///tmp/whole.bin"],
+        'we"ird\\ é/1.0': "base64:" + base64.b64encode(b"\x00\xffbin").decode(),
+        'we"ird\\ é/1.1': "text with \"quotes\" and \\ and \t",
+        "s/.zarray": zarray([], []),
+        "s/0": "base64:" + base64.b64encode(b"base64:not really").decode(),
+        "big/.zarray": zarray([10**6], [1]),
+        "big/999999": ["u.nc", 2**40, 7],
+        "big/5": ["u.nc", 0, 0],
+    }
+    rs = refset.load(refs)
+    text = _json_v0.dumps_v0(rs)
+    assert text == msgspec.json.encode(rs.to_dict())
+    assert refset.load(text).to_dict() == rs.to_dict()
+    assert json.loads(text)['we"ird\\ é/0.0'] == ['s3://b/"q"\\é\n.nc', 10, 20]
+    empty = refset.load({"a/.zarray": zarray([2], [1]), "a/0": ["u", 1, 2]})
+    assert json.loads(_json_v0.dumps_v0(empty)) == empty.to_dict()
+    assert json.loads(_json_v0.dumps_v0(refset.load({"a/.zarray": zarray([2], [1])}))) == {
+        "a/.zarray": zarray([2], [1])}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -12,9 +13,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidReferences, Unsupported
+from ..keys import ChunkGrid, chunk_keys
 from ..model import ReferenceSet
 from ..producer import json_text
-from ..tables import MAX_END, Ref
+from ..tables import INLINE, MAX_END, RANGE, WHOLE, Ref, encode_inline
 from ._io import compress, write_bytes
 
 __all__ = ["normalize_value", "where", "dumps_v0", "write_json", "refs_from_v0", "is_int"]
@@ -130,11 +132,78 @@ def refs_from_v0(
     return out
 
 
+#: Chunk references turned into text together (bounds the temporary string arrays).
+WRITE_BLOCK = 1 << 16
+
+
 def dumps_v0(rs: ReferenceSet) -> bytes:
-    """Version 0 JSON text of ``rs``."""
+    """Version 0 JSON text of ``rs`` (compact, keys in ``iter(rs)`` order). Chunk references are
+    written column-wise, a block of members per numpy string operation; URLs and array paths are
+    escaped once each."""
     import msgspec
 
-    return msgspec.json.encode(rs.to_dict())
+    enc = msgspec.json.encode
+    other = rs.other
+    head = enc({key: encode_inline(ref) if isinstance(ref, bytes) else list(ref)
+                for key, ref in itertools.islice(rs.items(), len(other))})
+    parts = [head[:-1]]  # "{...other members" without the closing brace
+    urls = _json_strings(rs.urls)
+    for path in rs.grids:
+        t = rs.table(path)
+        f, kind, pid, off, ln = t.entries()
+        esc = enc(path).decode()[1:-1]  # chunk keys: the array path, then ASCII digits and separators
+        for s in range(0, f.size, WRITE_BLOCK):
+            e = s + WRITE_BLOCK
+            text = _members(esc, rs.grids[path], f[s:e], kind[s:e], pid[s:e], off[s:e], ln[s:e], urls,
+                            t.inline, enc)
+            parts.append(b"," if len(parts) > 1 or len(head) > 2 else b"")
+            parts.append(text)
+    parts.append(b"}")
+    return b"".join(parts)
+
+
+def _json_strings(values: tuple[str, ...]) -> np.ndarray:
+    """Each string as a JSON string literal (quotes included), in a numpy string array."""
+    import msgspec
+    from numpy.dtypes import StringDType
+
+    return np.array([msgspec.json.encode(v).decode() for v in values] or [""], StringDType())
+
+
+def _inline_texts(values: list[bytes], enc: Callable[[Any], bytes]) -> list[str]:
+    """Each inline value as the JSON string :func:`~refset.tables.encode_inline` spells it."""
+    b2a = binascii.b2a_base64
+    out = []
+    for v in values:
+        if v.isascii() and not v.startswith(b"base64:"):
+            out.append(enc(v.decode("ascii")).decode())
+        else:  # base64 needs no JSON escapes
+            out.append('"base64:' + b2a(v, newline=False).decode("ascii") + '"')
+    return out
+
+
+def _members(esc_path: str, grid: ChunkGrid, f: np.ndarray, kind: np.ndarray, pid: np.ndarray,
+             off: np.ndarray, ln: np.ndarray, urls: np.ndarray, inline: Mapping[int, bytes],
+             enc: Callable[[Any], bytes]) -> bytes:
+    """``"key":value`` of chunks ``f``, comma-separated."""
+    from numpy.dtypes import StringDType
+
+    sd = StringDType()
+    add = np.strings.add
+    keys = chunk_keys(esc_path, grid, f)
+    val = np.empty(f.size, sd)
+    rng = np.flatnonzero(kind == RANGE)
+    if rng.size:
+        u = urls[pid[rng]]
+        val[rng] = add(add(add(add(add("[", u), ","), off[rng].astype(sd)), ","), add(ln[rng].astype(sd), "]"))
+    whole = np.flatnonzero(kind == WHOLE)
+    if whole.size:
+        val[whole] = add(add("[", urls[pid[whole]]), "]")
+    inl = np.flatnonzero(kind == INLINE)
+    if inl.size:
+        val[inl] = np.array(_inline_texts([inline[i] for i in f[inl].tolist()], enc), sd)
+    members = add(add(add('"', keys), '":'), val)
+    return ",".join(members.tolist()).encode()
 
 
 def write_json(rs: ReferenceSet, dest: str, *, storage_options: Mapping[str, Any] | None = None,
