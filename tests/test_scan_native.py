@@ -5,6 +5,7 @@ Corrupted metadata never gives a different set: the native reader falls back (or
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -175,6 +176,58 @@ def test_netcdf4_dense_attributes_equal(tmp_path: Path) -> None:
     check_same(p, must_be_native=True)
 
 
+
+def _daily_file(path: Path, day: int, n_attrs: int = 0) -> None:
+    """One day of a product: the same variables and attributes every day, but its own data
+    (compressed: chunks of other sizes at other addresses), dates and history strings."""
+    netCDF4 = pytest.importorskip("netCDF4")
+    rng = np.random.default_rng(day)
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as ds:
+        ds.date = f"2020-01-{day:02d}"  # fixed-length text of one length every day
+        ds.setncattr_string("history", f"made on day {day:02d}")  # a variable-length string
+        ds.createDimension("time", None)
+        ds.createDimension("lat", 6)
+        ds.createDimension("lon", 10)
+        t = ds.createVariable("time", "f8", ("time",))
+        t.units = f"days since 2020-01-{day:02d}"
+        t[:] = [0.0]
+        for name in ("a", "b"):
+            v = ds.createVariable(name, "f4", ("time", "lat", "lon"), zlib=True, chunksizes=(1, 3, 5))
+            if name == "a":  # its header: the same bytes every day (the string is in the global heap)
+                v.setncattr_string("comment", f"a of day {day:02d}")
+            else:
+                v.valid_max = np.float32(day)
+            for i in range(n_attrs):
+                v.setncattr(f"extra{i}", i * day)
+            v[:] = rng.integers(0, 10 ** (day % 5 + 1), (1, 6, 10)).astype("f4")
+
+
+@pytest.mark.parametrize("n_attrs", [0, 12])  # 12: dense attributes (a fractal heap)
+def test_files_of_one_layout_reuse_parsed_headers_exactly(tmp_path: Path, n_attrs: int) -> None:
+    """Headers parsed for one file serve the next file that repeats their bytes outside the data
+    addresses; its own data addresses, attribute values and variable-length strings are read."""
+    from refset.scan import _h5meta as m
+    from refset.scan._h5native import open_native
+
+    paths = []
+    for day in (1, 2, 3):
+        paths.append(tmp_path / f"day{day}.nc")
+        _daily_file(paths[-1], day, n_attrs)
+    m._TEMPLATES.clear()
+    for p in paths:  # each after the one before has left its headers
+        check_same(p, must_be_native=True)
+    with open(paths[2], "rb") as f:
+        root = open_native(f, paths[2].stat().st_size, 0, None)
+        reused = {name for name, _kind, node, _t in root.links() if isinstance(node.hdr, m._Reused)}
+    assert {"time", "a"} <= reused  # headers that differ only in data addresses
+    sets = [refset.scan(str(p)) for p in paths]
+    assert [s["a/0.0.0"] for s in sets] != [sets[0]["a/0.0.0"]] * 3  # each file's own chunks
+    zattrs = [json.loads(s[".zattrs"]) for s in sets]
+    assert [z["history"] for z in zattrs] == ["made on day 01", "made on day 02", "made on day 03"]
+    assert [z["date"] for z in zattrs] == ["2020-01-01", "2020-01-02", "2020-01-03"]
+    assert [json.loads(s["a/.zattrs"])["comment"] for s in sets] == ["a of day 01", "a of day 02", "a of day 03"]
+    assert [json.loads(s["b/.zattrs"])["valid_max"] for s in sets] == [1.0, 2.0, 3.0]
+
 def test_user_block(tmp_path: Path) -> None:
     p = tmp_path / "ub.h5"
     with h5py.File(p, "w", userblock_size=1024, libver="earliest") as f:
@@ -294,10 +347,10 @@ def _amplified(tmp_path: Path, kind: str) -> Path:
     buf = bytearray(src.read_bytes())
     with open(src, "rb") as fh:
         h5 = m.H5File(fh, len(buf), 0)
-        root = m.Header(h5, h5.root)
+        root = m.read_header(h5, h5.root)
         st = root.find(0x11)
         btree = struct.unpack("<QQ", st)[0]
-        layout = m.Header(h5, h5.symbol_table_links(*struct.unpack("<QQ", st))[0][1]).find(0x08)
+        layout = m.read_header(h5, h5.symbol_table_links(*struct.unpack("<QQ", st))[0][1]).find(0x08)
     if kind == "group":
         snod = struct.unpack_from("<Q", buf, btree + 24 + 8)[0]
         entry = bytes(buf[snod + 8:snod + 48])

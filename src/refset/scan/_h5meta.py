@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NotNative", "H5File", "Header", "checksum", "lookup3"]
+__all__ = ["NotNative", "H5File", "Header", "read_header", "checksum", "lookup3"]
 
 UNDEF = 0xFFFFFFFFFFFFFFFF
 _MAX_MESSAGES = 100_000
@@ -157,7 +157,7 @@ class H5File:
     def header(self, addr: int) -> Header:
         h = self._headers.get(addr)
         if h is None:
-            h = self._headers[addr] = Header(self, addr)
+            h = self._headers[addr] = read_header(self, addr)
         return h
 
     # -- heaps ------------------------------------------------------------------------------------
@@ -251,17 +251,38 @@ class H5File:
 
 
 class Header:
-    """An object header's messages: ``msgs`` a list of (type, flags, creation order, body)."""
+    """An object header's messages: ``msgs`` a list of (type, flags, creation order, body).
 
-    def __init__(self, h5: H5File, addr: int) -> None:
+    Files of one product repeat their headers byte for byte, but for the addresses of their data:
+    a parsed header is kept as a template (:func:`_template`) for the next file whose header at the
+    same address reads the same bytes outside those addresses (and checksums, which are checked).
+    ``memo`` holds what readers derived from the template's messages alone.
+    """
+
+    def __init__(self, h5: H5File, addr: int, first: bytes) -> None:
         self.addr = addr
         self.msgs: list[tuple[int, int, int, bytes]] = []
         self.track_attr_order = False
-        first = h5.read(addr, 16)
+        self.memo: dict[Any, Any] = {}
+        # what a later file must read again to reuse this parse: (address, size, bytes) per block,
+        # byte ranges per block that may differ (data addresses, checksums), blocks to checksum,
+        # and the messages whose bodies hold such ranges
+        self.blocks: list[tuple[int, int, bytes]] = [(addr, 16, first)]
+        self.masks: list[list[tuple[int, int]]] = [[]]
+        self.checked: list[int] = []
+        self.varying: list[tuple[int, int, int, int]] = []  # (message, block, start, end)
         if first[:4] == b"OHDR":
             self._v2(h5, addr, first)
         else:
             self._v1(h5, addr, first)
+
+    def _block(self, h5: H5File, addr: int, n: int, checked: bool = False) -> tuple[int, bytes]:
+        data = h5.read(addr, n)
+        self.blocks.append((addr, n, data))
+        self.masks.append([(n - 4, n)] if checked else [])
+        if checked:
+            self.checked.append(len(self.blocks) - 1)
+        return len(self.blocks) - 1, data
 
     def _v1(self, h5: H5File, addr: int, first: bytes) -> None:
         _need(first[0] == 1, "object header version")
@@ -272,14 +293,14 @@ class Header:
             start, size = blocks.pop(0)
             _need(start not in seen and len(seen) < 10_000, "header continuation cycle")
             seen.add(start)
-            data = h5.read(start, size)
+            bi, data = self._block(h5, start, size)
             p = 0
             while p + 8 <= size:
                 mtype, msize, flags = struct.unpack_from("<HHB", data, p)
                 _need(p + 8 + msize <= size, "message past its block")
                 body = data[p + 8:p + 8 + msize]
+                self._add(mtype, flags, 0, body, blocks, bi, p + 8)
                 p += 8 + msize
-                self._add(mtype, flags, 0, body, blocks)
         _need(len(self.msgs) <= nmsgs, "message count")
 
     def _v2(self, h5: H5File, addr: int, first: bytes) -> None:
@@ -289,32 +310,35 @@ class Header:
         p = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
         width = 1 << (flags & 3)
         self.track_attr_order = bool(flags & 0x04)
-        pre = h5.read(addr, p + width)
+        pre = first if p + width <= 16 else h5.read(addr, p + width)
         size = int.from_bytes(pre[p:p + width], "little")
-        chunk = h5.read(addr, p + width + size + 4)
+        bi, chunk = self._block(h5, addr, p + width + size + 4, checked=True)
         _check(chunk, "object header")
-        blocks = [(chunk, p + width, p + width + size)]
+        if flags & 0x20:  # access/modification/change/birth times: not read
+            self.masks[bi].append((6, 22))
+        blocks = [(bi, chunk, p + width, p + width + size)]
         seen = {addr}
         mhead = 6 if flags & 0x04 else 4
         while blocks:
-            data, p, end = blocks.pop(0)
+            bi, data, p, end = blocks.pop(0)
             while p + mhead <= end:
                 mtype, msize, mflags = struct.unpack_from("<BHB", data, p)
                 order = struct.unpack_from("<H", data, p + 4)[0] if flags & 0x04 else 0
                 _need(p + mhead + msize <= end, "message past its block")
                 body = data[p + mhead:p + mhead + msize]
-                p += mhead + msize
                 more: list[tuple[int, int]] = []
-                self._add(mtype, mflags, order, body, more)
+                self._add(mtype, mflags, order, body, more, bi, p + mhead)
+                p += mhead + msize
                 for cont, n in more:
                     _need(cont not in seen and len(seen) < 10_000, "header continuation cycle")
                     seen.add(cont)
-                    block = h5.read(cont, n)
+                    ci, block = self._block(h5, cont, n, checked=True)
                     _need(block[:4] == b"OCHK", "continuation block signature")
                     _check(block, "continuation block")
-                    blocks.append((block, 4, n - 4))
+                    blocks.append((ci, block, 4, n - 4))
 
-    def _add(self, mtype: int, flags: int, order: int, body: bytes, conts: list[tuple[int, int]]) -> None:
+    def _add(self, mtype: int, flags: int, order: int, body: bytes, conts: list[tuple[int, int]],
+             block: int, at: int) -> None:
         _need(len(self.msgs) < _MAX_MESSAGES, "too many messages")
         if mtype == 0x10:
             addr, n = struct.unpack_from("<QQ", body)
@@ -325,6 +349,11 @@ class Header:
             return
         _need(mtype in (0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x08, 0x0B, 0x0C, 0x11, 0x15),
               f"message type {mtype}")
+        if mtype == 0x08 and len(body) >= 18:  # a layout: the data's address (and size) vary
+            span = {1: (2, 18), 2: (3, 11)}.get(body[1])
+            if span is not None:
+                self.masks[block].append((at + span[0], at + span[1]))
+                self.varying.append((len(self.msgs), block, at, at + len(body)))
         self.msgs.append((mtype, flags, order, body))
 
     def find(self, mtype: int) -> bytes | None:
@@ -334,6 +363,66 @@ class Header:
 
     def all(self, mtype: int) -> list[tuple[int, bytes]]:
         return [(m[2], m[3]) for m in self.msgs if m[0] == mtype]
+
+
+class _Reused(Header):
+    """A header read as its template's messages, the varying bodies taken from this file."""
+
+    def __init__(self, template: Header, blocks: list[bytes]) -> None:  # no parse
+        self.addr = template.addr
+        self.track_attr_order = template.track_attr_order
+        self.memo = template.memo
+        msgs = template.msgs
+        if template.varying:
+            msgs = list(msgs)
+            for i, b, s, e in template.varying:
+                t, f, o, _ = msgs[i]
+                msgs[i] = (t, f, o, blocks[b][s:e])
+        self.msgs = msgs
+
+
+# Parsed headers by (address, first 16 bytes); bounded, replaced on a mismatch. A race between
+# threads only repeats a parse.
+_TEMPLATES: dict[tuple[int, bytes], Header] = {}
+_MAX_TEMPLATES = 4096
+
+
+def _same(new: bytes, old: bytes, masks: list[tuple[int, int]]) -> bool:
+    """Whether ``new`` equals ``old`` outside the byte ranges ``masks``."""
+    if not masks:
+        return new == old
+    if len(new) != len(old):
+        return False
+    p = 0
+    for s, e in sorted(masks):
+        if new[p:s] != old[p:s]:
+            return False
+        p = e
+    return new[p:] == old[p:]
+
+
+def read_header(h5: H5File, addr: int) -> Header:
+    """The object header at ``addr``: its template's messages when this file repeats its bytes
+    (outside data addresses and checksums), else parsed."""
+    first = h5.read(addr, 16)
+    key = (addr, first)
+    t = _TEMPLATES.get(key)
+    if t is not None:
+        blocks = [first]
+        for (a, n, old), masks in zip(t.blocks[1:], t.masks[1:]):
+            new = h5.read(a, n)
+            if not _same(new, old, masks):
+                break
+            blocks.append(new)
+        else:
+            for i in t.checked:
+                _check(blocks[i], "object header")
+            return _Reused(t, blocks)
+    h = Header(h5, addr, first)
+    if len(_TEMPLATES) >= _MAX_TEMPLATES:
+        _TEMPLATES.clear()
+    _TEMPLATES[key] = h
+    return h
 
 
 # -- message bodies ---------------------------------------------------------------------------------

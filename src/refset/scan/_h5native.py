@@ -48,8 +48,12 @@ class NativeNode:
             btree, heap = np.frombuffer(st, "<u8", 2).tolist()
             pairs = [(name, addr, None) for name, addr in self.h5.symbol_table_links(btree, heap)]
         else:
-            pairs = [m.link(b) for _o, b in self.hdr.all(0x06)]
             heap, index = m.dense_address(info, 8) if info is not None else (UNDEF, UNDEF)
+            pairs = self.hdr.memo.get("links")
+            if pairs is None:
+                pairs = [m.link(b) for _o, b in self.hdr.all(0x06)]
+                if heap == UNDEF:  # all in the header: kept with it
+                    self.hdr.memo["links"] = pairs
             if heap != UNDEF:
                 _need(not pairs, "links both compact and dense")
                 pairs = [m.link(b) for _o, b in m.dense_messages(self.h5, heap, index, 5)]
@@ -58,9 +62,9 @@ class NativeNode:
         if info is not None and info[1] & 0x01:  # creation order tracked
             orders = [p[2] for p in pairs]
             _need(None not in orders and len(set(orders)) == len(orders), "link creation order")
-            pairs.sort(key=lambda p: p[2])
+            pairs = sorted(pairs, key=lambda p: p[2])
         else:
-            pairs.sort()
+            pairs = sorted(pairs)
         out = []
         for bname, addr, _order in pairs:
             try:
@@ -72,10 +76,30 @@ class NativeNode:
 
     # -- attributes -------------------------------------------------------------------------------
     def attrs(self, skip: frozenset[str]) -> dict[str, Any]:
+        memo = self.hdr.memo
+        got = memo.get(("attrs", skip))
+        if got is None:
+            got = self._attr_items(skip)
+            if not got[1]:  # nothing read outside the header: later files with its bytes reuse it
+                memo[("attrs", skip)] = got
+        items = got[0]
+        out: dict[str, Any] = {}
+        for name, value, msg in items:
+            if msg is not None:  # variable-length data, read from this file's global heap
+                value = self._value(name, *msg)
+            elif isinstance(value, np.ndarray):
+                value = value.copy()
+            out[name] = value
+        return out
+
+    def _attr_items(self, skip: frozenset[str]) -> tuple[list[tuple[str, Any, Any]], bool]:
+        """((name, value, None) or (name, None, (type, space, data)) for a value in the global
+        heap, in h5py's order; whether they depend on anything outside the header)."""
         info = self.hdr.find(0x15)
         messages = self.hdr.all(0x0C)
         heap, index = m.dense_address(info, 1) if info is not None else (UNDEF, UNDEF)
-        if heap != UNDEF:
+        outside = heap != UNDEF
+        if outside:
             _need(not messages, "attributes both compact and dense")
             messages = m.dense_messages(self.h5, heap, index, 8)
         items = []
@@ -85,17 +109,22 @@ class NativeNode:
         items.sort(key=lambda x: (x[0], x[1]))
         if self.hdr.track_attr_order:
             _need(len({x[0] for x in items}) == len(items), "attribute creation order")
-        out: dict[str, Any] = {}
+        out: list[tuple[str, Any, Any]] = []
+        seen: set[str] = set()
         for _o, bname, dt, sp, data in items:
             try:
                 name = bname.decode()
             except UnicodeDecodeError:
                 raise NotNative("attribute name not UTF-8") from None
-            _need(name not in out, "duplicate attribute")
+            _need(name not in seen, "duplicate attribute")
+            seen.add(name)
             if name in skip:
                 continue
-            out[name] = self._value(name, dt, sp, data)
-        return out
+            if m.datatype(dt).kind in ("vstr", "vref"):
+                out.append((name, None, (dt, sp, data)))
+            else:
+                out.append((name, self._value(name, dt, sp, data), None))
+        return out, outside
 
     def _value(self, name: str, dtmsg: bytes, spmsg: bytes, data: bytes) -> Any:
         t = m.datatype(dtmsg)
@@ -146,23 +175,12 @@ class NativeNode:
     # -- datasets ---------------------------------------------------------------------------------
     def _dataset(self) -> None:
         h = self.hdr
-        sp, dt, lay = h.find(0x01), h.find(0x03), h.find(0x08)
-        _need(sp is not None and dt is not None, "dataset without space or type")
-        space = m.dataspace(sp)  # type: ignore[arg-type]
-        _need(space is not None, "null dataspace dataset")
-        self.shape, self.maxshape = space  # type: ignore[misc]
-        t = m.datatype(dt)  # type: ignore[arg-type]
-        _need(t.kind in ("num", "str"), "dataset type")
-        self.dtype = t.dtype
-        pipe = h.find(0x0B)
-        self.filters = m.filters(pipe) if pipe is not None else []
-        new_fill = h.find(0x05)
-        _need(new_fill is not None, "no fill value message")  # h5py may call the fill value undefined
-        raw = m.fill_value(h.find(0x04), new_fill)
-        _need(raw is None or len(raw) == t.size, "fill value size")
-        self.fillvalue = (np.frombuffer(raw, t.dtype, 1) if raw is not None else np.zeros(1, t.dtype))[0]
+        got = h.memo.get("dataset")
+        if got is None:
+            got = h.memo["dataset"] = self._dataset_info()
+        self.shape, self.maxshape, self.dtype, self.filters, self.fillvalue = got
         self.external = False
-        kind, info = m.layout(lay)  # type: ignore[arg-type]
+        kind, info = m.layout(h.find(0x08))  # type: ignore[arg-type]
         self.layout = kind
         self.chunks = None
         self.offset = None
@@ -170,13 +188,35 @@ class NativeNode:
             addr, size = info
             _need(not self.filters, "filters on contiguous data")
             if addr != UNDEF:
-                nbytes = math.prod(self.shape) * t.size
+                nbytes = math.prod(self.shape) * self.dtype.itemsize
                 _need(size == nbytes and self.h5.base + addr + size <= self.h5.size, "contiguous extent")
                 self.offset = self.h5.base + addr
         else:
             self._btree, chunks, elsize = info
-            _need(elsize == t.size and len(chunks) == len(self.shape) and all(chunks), "chunk shape")
+            _need(elsize == self.dtype.itemsize and len(chunks) == len(self.shape) and all(chunks),
+                  "chunk shape")
             self.chunks = chunks
+
+    def _dataset_info(self) -> tuple[Any, ...]:
+        """(shape, maxshape, dtype, filters, fill value): what the header gives besides the layout
+        (kept with a header that later files repeat)."""
+        h = self.hdr
+        sp, dt = h.find(0x01), h.find(0x03)
+        _need(sp is not None and dt is not None, "dataset without space or type")
+        space = m.dataspace(sp)  # type: ignore[arg-type]
+        _need(space is not None, "null dataspace dataset")
+        shape, maxshape = space  # type: ignore[misc]
+        t = m.datatype(dt)  # type: ignore[arg-type]
+        _need(t.kind in ("num", "str"), "dataset type")
+        _need(t.dtype.itemsize == t.size, "dataset type size")
+        pipe = h.find(0x0B)
+        filters = m.filters(pipe) if pipe is not None else []
+        new_fill = h.find(0x05)
+        _need(new_fill is not None, "no fill value message")  # h5py may call the fill value undefined
+        raw = m.fill_value(h.find(0x04), new_fill)
+        _need(raw is None or len(raw) == t.size, "fill value size")
+        fill = (np.frombuffer(raw, t.dtype, 1) if raw is not None else np.zeros(1, t.dtype))[0]
+        return shape, maxshape, t.dtype, filters, fill
 
     def chunk_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         if self._btree == UNDEF:
