@@ -283,8 +283,8 @@ def test_large_local_file_is_mapped_not_copied(tmp_path: Path):
         refset.load(p)
 
 
-@pytest.mark.parametrize("block", [3, 1 << 16])
-def test_writer_text_is_the_dict_encoded(monkeypatch, tmp_path: Path, block: int):
+@pytest.mark.parametrize(("block", "small"), [(3, 0), (1 << 16, 0), (1 << 16, 64)])
+def test_writer_text_is_the_dict_encoded(monkeypatch, tmp_path: Path, block: int, small: int):
     """The column-wise writer spells every reference as the Version 0 dict does: paths and URLs that
     need JSON escapes, inline text, inline binary, inline text that starts with "base64:", whole
     files, sparse and scalar arrays, and references written in several blocks."""
@@ -293,6 +293,7 @@ def test_writer_text_is_the_dict_encoded(monkeypatch, tmp_path: Path, block: int
     from refset.formats import _json_v0
 
     monkeypatch.setattr(_json_v0, "WRITE_BLOCK", block)
+    monkeypatch.setattr(_json_v0, "SMALL_TABLE", small)  # 0: every array column-wise
     refs = {
         ".zgroup": '{"zarr_format": 2}',
         'we"ird\\ é/.zarray': zarray([4, 3], [2, 2]),
@@ -315,3 +316,10 @@ def test_writer_text_is_the_dict_encoded(monkeypatch, tmp_path: Path, block: int
     assert json.loads(_json_v0.dumps_v0(empty)) == empty.to_dict()
     assert json.loads(_json_v0.dumps_v0(refset.load({"a/.zarray": zarray([2], [1])}))) == {
         "a/.zarray": zarray([2], [1])}
+    # an array inside a "/"-separated one: both name "a/0/1", which the text holds once
+    nested = refset.load({"version": 1, "refs": {"a/.zarray": zarray([2, 2], [1, 1], sep="/"),
+                                                 "a/0/.zarray": zarray([2], [1])},
+                          "gen": [{"key": "a/{{i}}/{{j}}", "url": "x.nc",
+                                   "dimensions": {"i": {"stop": 2}, "j": {"stop": 2}}},
+                                  {"key": "a/0/{{j}}", "url": "y.nc", "dimensions": {"j": {"stop": 2}}}]})
+    assert _json_v0.dumps_v0(nested) == msgspec.json.encode(nested.to_dict())

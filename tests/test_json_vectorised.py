@@ -129,16 +129,15 @@ def test_many_inline_chunks_route_as_key_by_key():
         refset.load(bad)
 
 
-
-@pytest.mark.parametrize("extra", [
-    b', "root/1.0": "base64:AAAB", "root/1.0": "base64:AAAC"',  # an inline chunk twice: the later wins
-    b', "root\\/2.0": "base64:AAAB"',  # an inline chunk spelled with an escape, after the plain one
-    b', "root/3.0": ["u", 1, 2]',  # an inline chunk also given as a list, after it
-    b', "root/0.1": "x", "root/0.1": ["u", 1, 2], "root/0.1": "y"',  # inline, list, inline again
-    b', "root/\\u0034.0": "base64:AAAB"',  # an escape that ends in a digit, naming an inline chunk
-    b', "root/5.0": "tab\\tand \\"quote\\" \\u00e9"',  # inline text with escapes, not base64
+@pytest.mark.parametrize(("extra", "fast"), [
+    (b', "root/1.0": "base64:AAAB", "root/1.0": "base64:AAAC"', True),  # an inline chunk twice: the later wins
+    (b', "root\\/2.0": "base64:AAAB"', False),  # an inline chunk spelled with an escape, after the plain one
+    (b', "root/3.0": ["u", 1, 2]', False),  # an inline chunk also given as a list, after it
+    (b', "root/0.1": "x", "root/0.1": ["u", 1, 2], "root/0.1": "y"', False),  # inline, list, inline again
+    (b', "root/\\u0034.0": "base64:AAAB"', False),  # an escape that ends in a digit, naming an inline chunk
+    (b', "root/5.0": "tab\\tand \\"quote\\" \\u00e9"', True),  # inline text with escapes, not base64
 ])
-def test_inline_chunks_read_column_wise_keep_json_order(extra):
+def test_inline_chunks_read_column_wise_keep_json_order(extra, fast):
     """Inline chunks of the grids are read column-wise: whatever order and spelling they come in,
     the result is the generic parser's."""
     d = _doc(n_files=5)
@@ -147,22 +146,44 @@ def test_inline_chunks_read_column_wise_keep_json_order(extra):
         for j in range(2):
             d[f"root/{i}.{j}"] = f"base64:{i:04d}"
     text = json.dumps(d).encode()
-    _check(text[:-1] + extra + b"}", fast_expected=False)
+    _check(text[:-1] + extra + b"}", fast_expected=fast)
 
 
-def test_generated_key_naming_an_inline_chunk():
-    """A Version 1 ``gen`` key names a chunk that ``refs`` holds inline: the generic order decides."""
-    d = _doc(n_files=5)
-    d["root/.zarray"] = zarray([3000], [1], sep=".")
+@pytest.mark.parametrize("gen", [
+    # keys that name chunks directly
+    [{"key": "root/{{i}}", "url": "g.nc", "offset": "{{i}}", "length": "1", "dimensions": {"i": {"stop": 3}}}],
+    # keys expanded one by one (a filter the vectorised expansion does not take)
+    [{"key": "root/{{ i|string }}", "url": "g.nc", "dimensions": {"i": {"stop": 3}}}],
+    # keys of which one is off the grid (added as a batch of keys, routed when the tables are built)
+    [{"key": "root/{{i}}", "url": "g.nc", "dimensions": {"i": {"stop": 3001}}}],
+])
+@pytest.mark.parametrize("lists", [False, True])
+def test_generated_keys_naming_chunks_of_the_refs(gen, lists):
+    """Version 1 ``gen`` keys that name chunks the ``refs`` hold (inline, or as lists): the generated
+    reference wins, as in the generic parser, however the keys are generated."""
+    refs = {"root/.zarray": zarray([3000], [1], sep=".")}
     for i in range(3000):
-        d[f"root/{i}"] = f"base64:{i:04d}"
-    doc = {"version": 1, "gen": [{"key": "root/{{i}}", "url": "g.nc", "offset": "{{i}}", "length": "1",
-                                  "dimensions": {"i": {"stop": 3}}}], "refs": d}
-    text = json.dumps(doc).encode()
+        refs[f"root/{i}"] = ["x.nc", i, 1] if lists else f"base64:{i:04d}"
+    text = json.dumps({"version": 1, "gen": gen, "refs": refs}).encode()
     generic = from_document(json.loads(text))
+    assert generic["root/2"][0] == "g.nc"
     assert refset.load(text).to_dict() == generic.to_dict()
     assert refset.load(text, lazy=True).to_dict() == generic.to_dict()
-    assert refset.load(text)["root/2"] == generic["root/2"]
+    assert refset.load(text, lazy=True)["root/2"] == generic["root/2"]
+
+
+@pytest.mark.parametrize("z2", [zarray([2, 3000], [1, 1], sep="."), '{"shape": "not a grid"}'])
+def test_metadata_key_spelled_with_an_escape_ending_in_a_digit(z2):
+    """``.zarra\\u0079`` is ``.zarray``: read after the inline chunks were placed in the grid of
+    ``zarr.json``, it would change the grid under them; the generic parser reads it."""
+    z3 = json.dumps({"zarr_format": 3, "node_type": "array", "shape": [3000, 2], "data_type": "uint8",
+                     "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 1]}},
+                     "chunk_key_encoding": {"name": "v2", "configuration": {"separator": "."}},
+                     "codecs": [], "fill_value": 0})
+    parts = ['"root/zarr.json": ' + json.dumps(z3), '"root/.zarra\\u0079": ' + json.dumps(z2)]
+    parts += [f'"root/{i}.{j}": "base64:{i:04d}"' for i in range(3000) for j in range(2)]
+    _check(("{" + ", ".join(parts) + "}").encode(), fast_expected=False)
+
 
 def test_duplicate_keys_last_wins():
     d = _doc()

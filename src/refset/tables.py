@@ -35,6 +35,7 @@ __all__ = [
     "resolve",
     "min_uint",
     "encode_inline",
+    "inline_as_text",
     "sparse_grid",
 ]
 
@@ -93,9 +94,14 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     return v
 
 
+def inline_as_text(data: bytes) -> bool:
+    """Whether Version 0 spells inline ``data`` as its text (ASCII, not looking like base64)."""
+    return data.isascii() and not data.startswith(b"base64:")
+
+
 def encode_inline(data: bytes) -> str:
     """Version 0 spelling of inline data: the text when it is ASCII, else ``base64:...``."""
-    if data.isascii() and not data.startswith(b"base64:"):
+    if inline_as_text(data):
         return data.decode("ascii")
     return "base64:" + base64.b64encode(data).decode("ascii")
 

@@ -16,7 +16,7 @@ from ..errors import InvalidReferences, Unsupported
 from ..keys import ChunkGrid, chunk_keys
 from ..model import ReferenceSet
 from ..producer import json_text
-from ..tables import INLINE, MAX_END, RANGE, WHOLE, Ref, encode_inline
+from ..tables import INLINE, MAX_END, RANGE, WHOLE, Ref, encode_inline, inline_as_text
 from ._io import compress, write_bytes
 
 __all__ = ["normalize_value", "where", "dumps_v0", "write_json", "refs_from_v0", "is_int"]
@@ -136,13 +136,19 @@ def refs_from_v0(
 WRITE_BLOCK = 1 << 16
 
 
+#: Arrays with fewer chunks than this are written through a dict (numpy's fixed cost per call).
+SMALL_TABLE = 64
+
+
 def dumps_v0(rs: ReferenceSet) -> bytes:
-    """Version 0 JSON text of ``rs`` (compact, keys in ``iter(rs)`` order). Chunk references are
-    written column-wise, a block of members per numpy string operation; URLs and array paths are
-    escaped once each."""
+    """Version 0 JSON text of ``rs``: what ``msgspec.json.encode(rs.to_dict())`` gives. The
+    references of large arrays are written column-wise, a block of members per numpy string
+    operation, URLs and array paths escaped once each."""
     import msgspec
 
     enc = msgspec.json.encode
+    if _nested(rs.grids):
+        return enc(rs.to_dict())  # an array inside another: their chunk keys may coincide
     other = rs.other
     head = enc({key: encode_inline(ref) if isinstance(ref, bytes) else list(ref)
                 for key, ref in itertools.islice(rs.items(), len(other))})
@@ -151,15 +157,29 @@ def dumps_v0(rs: ReferenceSet) -> bytes:
     for path in rs.grids:
         t = rs.table(path)
         f, kind, pid, off, ln = t.entries()
+        if not f.size:
+            continue
+        parts.append(b"," if len(parts) > 1 or len(head) > 2 else b"")
+        if f.size < SMALL_TABLE:
+            parts.append(enc({key: encode_inline(ref) if isinstance(ref, bytes) else list(ref)
+                              for key, ref in rs.items_of(path)})[1:-1])
+            continue
         esc = enc(path).decode()[1:-1]  # chunk keys: the array path, then ASCII digits and separators
         for s in range(0, f.size, WRITE_BLOCK):
             e = s + WRITE_BLOCK
-            text = _members(esc, rs.grids[path], f[s:e], kind[s:e], pid[s:e], off[s:e], ln[s:e], urls,
-                            t.inline, enc)
-            parts.append(b"," if len(parts) > 1 or len(head) > 2 else b"")
-            parts.append(text)
+            if s:
+                parts.append(b",")
+            parts.append(_members(esc, rs.grids[path], f[s:e], kind[s:e], pid[s:e], off[s:e], ln[s:e],
+                                  urls, t.inline, enc))
     parts.append(b"}")
     return b"".join(parts)
+
+
+def _nested(paths: Mapping[str, Any]) -> bool:
+    """Whether an array path lies inside another array (the root array holds every other)."""
+    if "" in paths and len(paths) > 1:
+        return True
+    return any(p[:i] in paths for p in paths for i in range(len(p)) if p[i] == "/")
 
 
 def _json_strings(values: tuple[str, ...]) -> np.ndarray:
@@ -171,11 +191,11 @@ def _json_strings(values: tuple[str, ...]) -> np.ndarray:
 
 
 def _inline_texts(values: list[bytes], enc: Callable[[Any], bytes]) -> list[str]:
-    """Each inline value as the JSON string :func:`~refset.tables.encode_inline` spells it."""
+    """Each inline value as the JSON string of :func:`~refset.tables.encode_inline`'s spelling."""
     b2a = binascii.b2a_base64
     out = []
     for v in values:
-        if v.isascii() and not v.startswith(b"base64:"):
+        if inline_as_text(v):
             out.append(enc(v.decode("ascii")).decode())
         else:  # base64 needs no JSON escapes
             out.append('"base64:' + b2a(v, newline=False).decode("ascii") + '"')

@@ -14,7 +14,7 @@ import numpy as np
 from .._threads import parallel_map
 from ..builder import Builder, route
 from ..errors import InvalidReferences
-from ..keys import KeyRouter
+from ..keys import KeyRouter, split_metadata_key
 from ..tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref
 from ._json import collect, decode_json
 from ._json_v0 import normalize_value
@@ -309,16 +309,16 @@ class Plan:
                          offset, length, self.templates, b)
         if term is not None:
             check_end(doc.a, int(term[-1]) + 1, self.closers)
-        self.doc = None  # type: ignore[assignment]
-        del doc
         if self.head_doc is not None:
             problems: list[str] = []
             collect(self.head_doc, problems, builder=b, refs_done=True,
                     max_gen=self.max_gen or DEFAULT_MAX_GEN, template_overrides=self.template_overrides)
             if problems:
                 raise InvalidReferences(problems)
-            if self.inline and _collides(b, self.grids, [], self.inline):
-                raise Fallback  # a generated key names an inline chunk: the generic path orders them
+            if self.head_doc.get("gen") and _named_twice(b, self.grids):
+                raise Fallback  # a generated key names a chunk the refs hold: the generic path orders them
+        self.doc = None  # type: ignore[assignment]
+        del doc
         return b.build_parts()
 
     @property
@@ -531,12 +531,13 @@ def _string_members(doc: Doc, members: np.ndarray, b: Builder) -> dict[str, tupl
     del kj
     problems: list[str] = []
 
-    def value(i: int) -> bytes:
+    def value(i: int, base64: bool = True) -> bytes:
         s, e = int(vs[i]), int(ve[i])
-        raw = base64_bytes(data, s, e)
+        raw = base64_bytes(data, s, e) if base64 else None
         return raw if raw is not None else _inline(text(s, e), text(int(ks[i]), int(ke[i])), problems)
 
-    # no metadata key ends with a digit: metadata first, then the chunk keys of the grids it gives
+    # metadata first (no metadata key ends with a digit, unless spelled with an escape: checked
+    # below), then the chunk keys of the grids it gives
     last = a[np.maximum(ke - 1, 0)]
     chunky = (ke > ks) & (last >= 48) & (last <= 57)
     del last
@@ -544,21 +545,23 @@ def _string_members(doc: Doc, members: np.ndarray, b: Builder) -> dict[str, tupl
     for i in np.flatnonzero(~chunky).tolist():
         add(text(int(ks[i]), int(ke[i])), value(i))
     rows, names, aid, flat = _classify(doc, ks, ke, np.flatnonzero(chunky), b.grids())
-    single = chunky
+    single = chunky.copy()
     single[rows] = False
     items = b.items
     for i in np.flatnonzero(single).tolist():  # scalars' chunks, odd spellings, keys off the grids
         key = text(int(ks[i]), int(ke[i]))
-        if key in items:
-            raise Fallback  # a key given twice: the generic path keeps the later one
+        if key in items or split_metadata_key(key) is not None:
+            raise Fallback  # a key given twice, or metadata read after the grids were known
         add(key, value(i))
     inline: dict[str, tuple[np.ndarray, dict[int, bytes]]] = {}
     if rows.size:
         raws: list[bytes | None] = [base64_bytes(data, s, e) for s, e in zip(vs[rows].tolist(), ve[rows].tolist())]
         for r in [r for r, x in enumerate(raws) if x is None]:  # inline text that is not base64
-            raws[r] = value(int(rows[r]))
+            raws[r] = value(int(rows[r]), base64=False)
+        order = np.argsort(aid, kind="stable")  # rows grouped by array, in member order within one
+        bounds = np.searchsorted(aid[order], np.arange(len(names) + 1))
         for j, name in enumerate(names):
-            sel = np.flatnonzero(aid == j)
+            sel = order[bounds[j]:bounds[j + 1]]
             f = flat[sel]
             inline[name] = (f, dict(zip(f.tolist(), [raws[r] for r in sel.tolist()], strict=True)))
             _add_inline(b, name, *inline[name])
@@ -589,6 +592,26 @@ def _collides(b: Builder, grids: Mapping[str, Any], batches: list[tuple[Any, ...
                 return True
             if path in inline and np.isin(mine, inline[path][0]).any():
                 return True
+    return False
+
+
+def _named_twice(b: Builder, grids: Mapping[str, Any]) -> bool:
+    """Whether a single key or a key of a key batch (generated keys) names a chunk that a batch of
+    the builder holds (which would win, whatever the document's order)."""
+    named: dict[str, list[np.ndarray]] = {p: [f] for p, (f, _) in route(b.items, grids)[0].items()}
+    router = KeyRouter(grids)
+    for keys, *_ in b.key_batches:
+        maybe = np.zeros(len(keys), bool)
+        for path in grids:
+            maybe |= np.strings.startswith(keys, path + "/") if path else True
+        for i in np.flatnonzero(maybe).tolist():
+            hit = router.locate(str(keys[i]))
+            if hit is not None:
+                named.setdefault(hit[0], []).append(np.array([hit[1]], np.int64))
+    for path, flat, *_ in b.batches:
+        got = named.get(path)
+        if got is not None and np.isin(flat, np.concatenate(got)).any():
+            return True
     return False
 
 
