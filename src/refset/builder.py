@@ -3,7 +3,7 @@ references), then built into tables once."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -116,27 +116,30 @@ class Builder:
         remap = np.array([self.url_id(u) for u in urls] or [0], np.int64)
         return remap[np.asarray(path_id, np.int64)]
 
-    def _route_key_batches(self, router: KeyRouter) -> list[tuple[np.ndarray, ...]]:
-        """Move chunk keys of key batches into single items; the rest stays columnar."""
-        out = []
-        urls = list(self.url_ids)
-        for keys, kind, pid, off, ln in self.key_batches:
+    def key_batch_hits(self, router: KeyRouter) -> Iterator[tuple[int, int, str, int]]:
+        """(batch, row, array path, flat index) of every key of the key batches that is a chunk key
+        of ``router``'s grids (keys not under any array path are skipped without a Python step)."""
+        for b, (keys, *_) in enumerate(self.key_batches):
             maybe = np.zeros(len(keys), bool)
             for path in router.grids:
                 maybe |= np.strings.startswith(keys, path + "/") if path else True
             for i in np.flatnonzero(maybe).tolist():
                 hit = router.locate(str(keys[i]))
                 if hit is not None:
-                    ref: Ref = ((urls[pid[i]], int(off[i]), int(ln[i])) if kind[i] == RANGE
-                                else (urls[pid[i]],))
-                    self.items.pop(str(keys[i]), None)
-                    self.items[str(keys[i])] = ref
-                    maybe[i] = True
-                else:
-                    maybe[i] = False
-            keep = ~maybe
-            out.append((keys[keep], kind[keep], pid[keep], off[keep], ln[keep]))
-        return out
+                    yield b, i, hit[0], hit[1]
+
+    def _route_key_batches(self, router: KeyRouter) -> list[tuple[np.ndarray, ...]]:
+        """Move chunk keys of key batches into single items; the rest stays columnar."""
+        urls = list(self.url_ids)
+        moved = [np.zeros(len(kb[0]), bool) for kb in self.key_batches]
+        for b, i, _path, _flat in self.key_batch_hits(router):
+            keys, kind, pid, off, ln = self.key_batches[b]
+            ref: Ref = (urls[pid[i]], int(off[i]), int(ln[i])) if kind[i] == RANGE else (urls[pid[i]],)
+            self.items.pop(str(keys[i]), None)
+            self.items[str(keys[i])] = ref
+            moved[b][i] = True
+        return [(keys[~m], kind[~m], pid[~m], off[~m], ln[~m])
+                for (keys, kind, pid, off, ln), m in zip(self.key_batches, moved, strict=True)]
 
     def grids(self) -> dict[str, ChunkGrid]:
         """Chunk grids described by the metadata added so far."""

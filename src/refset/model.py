@@ -29,8 +29,8 @@ from .tables import (
     ChunkTable,
     KeyTable,
     Ref,
-    encode_inline,
     resolve,
+    v0_value,
 )
 
 __all__ = ["ReferenceSet", "ABSENT", "RANGE", "WHOLE", "INLINE", "Ref", "NOT_LOADED"]
@@ -364,8 +364,7 @@ class ReferenceSet(Mapping[str, Ref]):
     def to_dict(self) -> dict[str, str | list[object]]:
         """The Version 0 dict: inline data as text (ASCII) or ``"base64:..."``, ``[url]``,
         ``[url, offset, length]``."""
-        return {key: encode_inline(ref) if isinstance(ref, bytes) else list(ref)
-                for key, ref in self.items()}
+        return {key: v0_value(ref) for key, ref in self.items()}
 
     def referenced_bytes(self) -> int:
         """Total length of byte-range references."""

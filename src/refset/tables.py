@@ -35,6 +35,7 @@ __all__ = [
     "resolve",
     "min_uint",
     "encode_inline",
+    "v0_value",
     "inline_as_text",
     "sparse_grid",
 ]
@@ -104,6 +105,12 @@ def encode_inline(data: bytes) -> str:
     if inline_as_text(data):
         return data.decode("ascii")
     return "base64:" + base64.b64encode(data).decode("ascii")
+
+
+def v0_value(ref: Ref) -> str | list[object]:
+    """A reference as a Version 0 JSON value: inline data as :func:`encode_inline` spells it, else
+    ``[url]`` or ``[url, offset, length]``."""
+    return encode_inline(ref) if isinstance(ref, bytes) else list(ref)
 
 
 def resolve(row: Row, urls: Sequence[str], key: str) -> Ref:

@@ -16,7 +16,7 @@ from ..errors import InvalidReferences, Unsupported
 from ..keys import ChunkGrid, chunk_keys
 from ..model import ReferenceSet
 from ..producer import json_text
-from ..tables import INLINE, MAX_END, RANGE, WHOLE, Ref, encode_inline, inline_as_text
+from ..tables import INLINE, MAX_END, RANGE, WHOLE, Ref, inline_as_text, v0_value
 from ._io import compress, write_bytes
 
 __all__ = ["normalize_value", "where", "dumps_v0", "write_json", "refs_from_v0", "is_int"]
@@ -150,8 +150,7 @@ def dumps_v0(rs: ReferenceSet) -> bytes:
     if _nested(rs.grids):
         return enc(rs.to_dict())  # an array inside another: their chunk keys may coincide
     other = rs.other
-    head = enc({key: encode_inline(ref) if isinstance(ref, bytes) else list(ref)
-                for key, ref in itertools.islice(rs.items(), len(other))})
+    head = enc({key: v0_value(ref) for key, ref in itertools.islice(rs.items(), len(other))})
     parts = [head[:-1]]  # "{...other members" without the closing brace
     urls = _json_strings(rs.urls)
     for path in rs.grids:
@@ -161,8 +160,7 @@ def dumps_v0(rs: ReferenceSet) -> bytes:
             continue
         parts.append(b"," if len(parts) > 1 or len(head) > 2 else b"")
         if f.size < SMALL_TABLE:
-            parts.append(enc({key: encode_inline(ref) if isinstance(ref, bytes) else list(ref)
-                              for key, ref in rs.items_of(path)})[1:-1])
+            parts.append(enc({key: v0_value(ref) for key, ref in rs.items_of(path)})[1:-1])
             continue
         esc = enc(path).decode()[1:-1]  # chunk keys: the array path, then ASCII digits and separators
         for s in range(0, f.size, WRITE_BLOCK):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import binascii
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -250,8 +250,12 @@ class Plan:
                     b.add(key, ref)
         if problems:
             raise Fallback
-        if self.grids and _collides(b, self.grids, batches, self.inline):
-            raise Fallback  # a chunk given both inline and as a range: let the generic path order them
+        if self.grids:  # a chunk named twice in ways whose order the builder does not keep
+            single = _named(b, self.grids)
+            inline = {p: f for p, (f, _) in self.inline.items()}
+            if (_overlap(single, inline.items()) or _overlap(single, _listed(batches))
+                    or _overlap(inline, _listed(batches))):
+                raise Fallback
         self.batches = batches
 
     def table(self, path: str) -> ChunkTable | None:
@@ -315,7 +319,8 @@ class Plan:
                     max_gen=self.max_gen or DEFAULT_MAX_GEN, template_overrides=self.template_overrides)
             if problems:
                 raise InvalidReferences(problems)
-            if self.head_doc.get("gen") and _named_twice(b, self.grids):
+            if self.head_doc.get("gen") and _overlap(_named(b, self.grids, key_batches=True),
+                                                      ((p, f) for p, f, *_ in b.batches)):
                 raise Fallback  # a generated key names a chunk the refs hold: the generic path orders them
         self.doc = None  # type: ignore[assignment]
         del doc
@@ -567,7 +572,7 @@ def _string_members(doc: Doc, members: np.ndarray, b: Builder) -> dict[str, tupl
             _add_inline(b, name, *inline[name])
     if problems:
         raise Fallback
-    if inline and _collides(b, b.grids(), [], inline):
+    if inline and _overlap(_named(b, b.grids()), ((p, f) for p, (f, _) in inline.items())):
         raise Fallback  # a chunk given inline twice, spelled two ways: the generic path orders them
     return inline
 
@@ -577,42 +582,26 @@ def _add_inline(b: Builder, path: str, flat: np.ndarray, values: dict[int, bytes
     b.add_chunks(path, flat, np.full(flat.size, INLINE, np.uint8), z, z, z, inline=values)
 
 
-def _collides(b: Builder, grids: Mapping[str, Any], batches: list[tuple[Any, ...]],
-              inline: Mapping[str, tuple[np.ndarray, dict[int, bytes]]]) -> bool:
-    """Whether one chunk is named twice in ways whose order the builder does not keep: by a single
-    key and by a classified list member or an inline member, or by a list member and an inline one."""
-    routed = {p: f for p, (f, _) in route(b.items, grids)[0].items()}
-    for path, (f, _) in inline.items():
-        if path in routed and np.isin(f, routed[path]).any():
-            return True
+def _named(b: Builder, grids: Mapping[str, Any], key_batches: bool = False) -> dict[str, np.ndarray]:
+    """Flat indices, per array, of the chunks that single keys (and, with ``key_batches``, keys of
+    key batches: generated keys) name."""
+    found: dict[str, list[np.ndarray]] = {p: [f] for p, (f, _) in route(b.items, grids)[0].items()}
+    if key_batches and b.key_batches:
+        for _b, _i, path, flat in b.key_batch_hits(KeyRouter(grids)):
+            found.setdefault(path, []).append(np.array([flat], np.int64))
+    return {p: np.concatenate(f) for p, f in found.items()}
+
+
+def _overlap(named: Mapping[str, np.ndarray], chunks: Iterable[tuple[str, np.ndarray]]) -> bool:
+    """Whether any of ``chunks`` ((array path, flat indices) pairs) is in ``named``."""
+    return any(path in named and np.isin(flat, named[path]).any() for path, flat in chunks)
+
+
+def _listed(batches: list[tuple[Any, ...]]) -> Iterator[tuple[str, np.ndarray]]:
+    """(array path, flat indices) of the classified list members of ``batches``."""
     for _m0, _m1, _rows, names, aid, flat in batches:
         for j, path in enumerate(names):
-            mine = flat[aid == j]
-            if path in routed and np.isin(mine, routed[path]).any():
-                return True
-            if path in inline and np.isin(mine, inline[path][0]).any():
-                return True
-    return False
-
-
-def _named_twice(b: Builder, grids: Mapping[str, Any]) -> bool:
-    """Whether a single key or a key of a key batch (generated keys) names a chunk that a batch of
-    the builder holds (which would win, whatever the document's order)."""
-    named: dict[str, list[np.ndarray]] = {p: [f] for p, (f, _) in route(b.items, grids)[0].items()}
-    router = KeyRouter(grids)
-    for keys, *_ in b.key_batches:
-        maybe = np.zeros(len(keys), bool)
-        for path in grids:
-            maybe |= np.strings.startswith(keys, path + "/") if path else True
-        for i in np.flatnonzero(maybe).tolist():
-            hit = router.locate(str(keys[i]))
-            if hit is not None:
-                named.setdefault(hit[0], []).append(np.array([hit[1]], np.int64))
-    for path, flat, *_ in b.batches:
-        got = named.get(path)
-        if got is not None and np.isin(flat, np.concatenate(got)).any():
-            return True
-    return False
+            yield path, flat[aid == j]
 
 
 def plan_document(data: bytes, template_overrides: Mapping[str, str] | None = None,
