@@ -4,7 +4,7 @@
 
 A reference is inline bytes, a whole file ``(url,)`` or a byte range ``(url, offset, length)``. In a
 table it is a row ``(kind, path_id, offset, length)`` whose ``path_id`` indexes a URL table held by the
-set; inline bytes sit in a sparse ``{flat index: bytes}``. Tables are immutable: columns are read-only
+set; inline bytes sit in an :class:`~refset.inline.InlineBytes` (one buffer, by flat index). Tables are immutable: columns are read-only
 and transforms return new tables.
 """
 
@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import InvalidReferences, Unsupported
+from .inline import InlineBytes, concat_inline
 from .keys import ChunkGrid
 
 __all__ = [
@@ -171,32 +172,32 @@ class ChunkTable:
                               or not bool((kind != ABSENT).all())):
                 raise InvalidReferences("ChunkTable.flat: the present chunks' flat indices must ascend, "
                                         f"without repeats, inside the grid of {grid.nchunks} chunks")
-        inline = dict(inline or {})
+        inline = InlineBytes.of(inline)
         is_inline = kind == INLINE
         n_inline = int(np.count_nonzero(is_inline))
-        rows = self._rows_of(np.fromiter(inline, np.int64, len(inline)), flat, len(kind))
+        rows = self._rows_of(inline.flat, flat, len(kind))
         if n_inline != len(inline) or not bool((rows >= 0).all()) or not bool(is_inline[rows].all()):
             raise InvalidReferences(f"ChunkTable.inline: {len(inline)} inline values for {n_inline} inline "
                                     "chunks; every inline chunk needs its bytes, and only those")
         self._set(grid, kind, path_id, offset, length, inline, flat)
 
     def _set(self, grid: ChunkGrid, kind: np.ndarray, path_id: np.ndarray, offset: np.ndarray,
-             length: np.ndarray, inline: dict[int, bytes], flat: np.ndarray | None) -> None:
+             length: np.ndarray, inline: InlineBytes, flat: np.ndarray | None) -> None:
         self.grid = grid
         self.flat = None if flat is None else _frozen(flat)
         self._kind = _frozen(kind.astype(np.uint8, copy=False))
         self._path_id = _frozen(_compact(path_id, np.uint16))
         self._offset = _frozen(_compact(offset))
         self._length = _frozen(_compact(length))
-        self.inline: dict[int, bytes] = inline
+        self.inline = inline
 
     @classmethod
     def _trusted(cls, grid: ChunkGrid, kind: np.ndarray, path_id: np.ndarray, offset: np.ndarray,
-                 length: np.ndarray, inline: dict[int, bytes], flat: np.ndarray | None = None,
+                 length: np.ndarray, inline: Mapping[int, bytes], flat: np.ndarray | None = None,
                  ) -> ChunkTable:
         """A table from columns that satisfy ``__init__``'s checks by construction."""
         t = cls.__new__(cls)
-        t._set(grid, kind, path_id, offset, length, inline, flat)
+        t._set(grid, kind, path_id, offset, length, InlineBytes.of(inline), flat)
         return t
 
     @staticmethod
@@ -245,13 +246,13 @@ class ChunkTable:
             flat, kind = flat[keep], kind[keep]
             cols = [c[keep] for c in cols]
         path_id, offset, length = cols
-        given = inline or {}
-        live: dict[int, bytes] = {}
-        for i in flat[kind == INLINE].tolist():
-            b = given.get(i)
-            if b is None:
-                raise InvalidReferences(f"chunk {i} of grid {grid.grid_shape} is inline but has no data")
-            live[i] = b
+        given = InlineBytes.of(inline)
+        need = flat[kind == INLINE]
+        pos = given.positions(need)
+        if need.size and int(pos.min()) < 0:
+            i = int(need[pos < 0][0])
+            raise InvalidReferences(f"chunk {i} of grid {grid.grid_shape} is inline but has no data")
+        live = given.take(pos)
         if sparse_grid(n, flat.size):
             return cls._trusted(grid, kind, path_id, offset, length, live, flat)
         k = np.zeros(n, np.uint8)
@@ -411,7 +412,7 @@ class ChunkTable:
     def nbytes(self) -> int:
         cols = (self._kind, self._path_id, self._offset, self._length)
         extra = self.flat.nbytes if self.flat is not None else 0
-        return sum(a.nbytes for a in cols) + extra + sum(len(b) for b in self.inline.values())
+        return sum(a.nbytes for a in cols) + extra + self.inline.nbytes
 
     def __repr__(self) -> str:
         form = "sparse" if self.flat is not None else "dense"
@@ -419,7 +420,7 @@ class ChunkTable:
 
 
 def _chunk_table(grid: ChunkGrid, kind: np.ndarray, path_id: np.ndarray, offset: np.ndarray,
-                 length: np.ndarray, inline: dict[int, bytes], flat: np.ndarray | None) -> ChunkTable:
+                 length: np.ndarray, inline: InlineBytes, flat: np.ndarray | None) -> ChunkTable:
     return ChunkTable(grid, kind, path_id, offset, length, inline, flat=flat)
 
 
@@ -470,12 +471,9 @@ def concat_tables(
     out = ChunkGrid(tuple(shape), g0.chunks, g0.separator, g0.prefix, g0.zarr_format)
     steps = np.array([t.grid.grid_shape[axis] for t in tables], np.int64)
     starts = np.concatenate(([0], np.cumsum(steps)[:-1]))
-    inline: dict[int, bytes] = {}
-    for t, s in zip(tables, starts.tolist(), strict=True):
-        if t.inline:
-            src = np.fromiter(t.inline, np.int64, len(t.inline))
-            dst = _move(src, t.grid.grid_shape, out.grid_shape, axis, s)
-            inline.update(zip(dst.tolist(), t.inline.values(), strict=True))
+    inline = concat_inline([t.inline for t in tables], [
+        _move(t.inline.flat, t.grid.grid_shape, out.grid_shape, axis, s)
+        for t, s in zip(tables, starts.tolist(), strict=True)])
     total = sum(t.count() for t in tables)
     if not any(t.is_sparse for t in tables) and not sparse_grid(out.nchunks, total):
         cols = []
