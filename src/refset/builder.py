@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from .errors import InvalidReferences
+from .inline import InlineBytes, concat_inline
 from .keys import METADATA_NAMES, ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
 from .tables import INLINE, MAX_END, RANGE, WHOLE, ChunkTable, KeyTable, Ref, Row, _compact, min_uint
 
@@ -42,7 +43,7 @@ class Builder:
                  url_ids: dict[str, int] | None = None) -> None:
         self.items: dict[str, Ref] = {}
         self.batches: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                 dict[int, bytes]]] = []
+                                 InlineBytes]] = []
         self.extra_grids: dict[str, ChunkGrid] = dict(grids or {})
         self.url_ids: dict[str, int] = {} if url_ids is None else url_ids
         self.key_batches: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -62,7 +63,7 @@ class Builder:
         path_id: np.ndarray,
         offset: np.ndarray,
         length: np.ndarray,
-        inline: dict[int, bytes] | None = None,
+        inline: Mapping[int, bytes] | None = None,
         urls: Sequence[str] | None = None,
     ) -> None:
         """Chunk references of array ``path`` at flat indices ``flat``.
@@ -85,7 +86,7 @@ class Builder:
             path_id.astype(min_uint(len(self.url_ids))),
             _compact(np.asarray(offset, np.uint64)),
             _compact(np.asarray(length, np.uint64)),
-            dict(inline or {}),
+            InlineBytes.of(inline),
         ))
 
     def add_keys(
@@ -217,14 +218,16 @@ class Builder:
         routed, rest = route(self.items, grids)
         generic: dict[str, Row] = {k: row(v) for k, v in rest.items()}
         parts: dict[str, list[tuple[np.ndarray, ...]]] = {p: [] for p in grids}
-        inlines: dict[str, dict[int, bytes]] = {p: {} for p in grids}
+        inlines: dict[str, list[InlineBytes]] = {p: [] for p in grids}
         for path, (flat, refs) in routed.items():
-            parts[path].append(self._columns(flat, refs, inlines[path]))
+            one: dict[int, bytes] = {}
+            parts[path].append(self._columns(flat, refs, one))
+            inlines[path].append(InlineBytes.of(one))
         for path, flat, kind, pid, off, ln, inl in self.batches:
             if path not in grids:
                 raise InvalidReferences(f"no chunk grid for array {path!r}")
             parts[path].append((flat, kind, pid, off, ln))
-            inlines[path].update(inl)
+            inlines[path].append(inl)
         tables: dict[str, ChunkTable] = {}
         for path, g in grids.items():
             chunks = parts.pop(path)
@@ -234,7 +237,9 @@ class Builder:
                 cols = [np.concatenate([c[j] for c in chunks]) if chunks else np.zeros(0, np.uint64)
                         for j in range(5)]
             del chunks
-            tables[path] = ChunkTable.from_entries(g, *cols, inline=inlines[path])
+            got = inlines.pop(path)
+            inline = concat_inline(got, [i.flat for i in got])
+            tables[path] = ChunkTable.from_entries(g, *cols, inline=inline)
         other = KeyTable.from_items(generic)
         if key_batches:
             other = KeyTable.merged(other, key_batches)

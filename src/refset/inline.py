@@ -163,6 +163,14 @@ class InlineBytes:
     __hash__ = None  # type: ignore[assignment]
 
     # -- columns -----------------------------------------------------------------------------------
+    def value_at(self, pos: int) -> bytes:
+        """The value at position ``pos`` (in flat index order)."""
+        return self.data[self.offsets.item(pos):self.offsets.item(pos + 1)]
+
+    def buffer(self) -> tuple[bytes, np.ndarray]:
+        """``(data, offsets)``: the values end to end and where each starts and ends."""
+        return self.data, self.offsets
+
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 

@@ -97,10 +97,9 @@ class Combiner:
         first = self.overlaps(path, grid, dst, owner, strict=len(axes) + len(gains) == len(self.coords))
         if first is not None:  # a variable off some concat dims: the first input holding a chunk gives it
             cols = [c[first] for c in cols]
-            keep = {r: p for p, r in enumerate(first.tolist())}
-            inl = {keep[r]: b for r, b in inl.items() if r in keep}
-        inline = dict(zip(cols[0][np.fromiter(inl, np.int64, len(inl))].tolist(), inl.values()))
-        self.tables[path] = ChunkTable.from_entries(grid, *cols, inline=inline)
+            kept = np.flatnonzero(np.isin(inl.flat, first))
+            inl = inl.take(kept).moved(np.searchsorted(first, inl.flat[kept]))
+        self.tables[path] = ChunkTable.from_entries(grid, *cols, inline=inl.moved(cols[0][inl.flat]))
         new_dims = [c.dim for c in gains]
         self.meta[f"{path}/.zarray"] = metadata_bytes({**meta, "shape": shape, "chunks": chunks},
                                                       f"{path}/.zarray")
@@ -235,9 +234,9 @@ def _table_of(rows: Rows, i: int, grid: ChunkGrid) -> ChunkTable:
     """Input ``i``'s table of ``rows``' variable."""
     s = rows.of(i)
     flat = rows.flat[s]
-    inline = {int(flat[r]): b for r, b in inline_rows(rows, s).items()}
+    inline = inline_rows(rows, s)
     return ChunkTable.from_entries(grid, flat, rows.kind[s], rows.path_id[s], rows.offset[s], rows.length[s],
-                                   inline=inline)
+                                   inline=inline.moved(flat[inline.flat]))
 
 
 def _same_nan(a: Any, b: Any) -> bool:

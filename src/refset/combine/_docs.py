@@ -15,7 +15,6 @@ accepts, it reads as that reader does.
 
 from __future__ import annotations
 
-import binascii
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -24,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from ..builder import dotted_flat
-from ..formats._jsonplan import Doc, base64_bytes, member_shape
-from ..formats._jsonscan import LOW8, Fallback, key_tails, same_spans, skip_ws, tails_in_grid, word
+from ..formats._jsonplan import Doc, base64_bytes, base64_many, member_shape
+from ..formats._jsonscan import Fallback, key_tails, same_spans, skip_ws, tails_in_grid
+from ..inline import InlineBytes
 from ..keys import ChunkGrid, grid_from_metadata
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE, Ref
@@ -169,7 +169,7 @@ class _Reader:
         self.url_ids: dict[str, int] = {}
         self.paths: dict[str, int] = {}
         self.parts: dict[int, list[tuple[np.ndarray, ...]]] = {}
-        self.inline: dict[int, dict[int, bytes]] = {}
+        self.inline: dict[int, tuple[list[np.ndarray], list[bytes]]] = {}
         self.count: dict[int, int] = {}
         self.texts: dict[bytes, Any] = {}  # a key's or string value's JSON text: what it reads as
         self.grid_of: dict[bytes, ChunkGrid | None] = {}
@@ -334,7 +334,9 @@ class _Reader:
             data = _strings(doc, vs, ve, m[si], known)
             cut = np.flatnonzero(np.diff(path[si])) + 1
             for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), si.size]):
-                self.inline.setdefault(int(path[si[lo]]), {}).update(zip(at[lo:hi].tolist(), data[lo:hi]))
+                rows, values = self.inline.setdefault(int(path[si[lo]]), ([], []))
+                rows.append(at[lo:hi])
+                values.extend(data[lo:hi])
 
     def _url_ids(self, urls: Sequence[str]) -> list[int]:
         ids = self.url_ids
@@ -354,11 +356,13 @@ class _Reader:
             got = parts.get(p) if p is not None else None
             if not got:
                 z = np.zeros(0, np.int64)
-                return Rows(z, z, z.astype(np.uint8), z, z.astype(np.uint64), z.astype(np.uint64), {},
-                            np.zeros(n + 1, np.int64))
+                return Rows(z, z, z.astype(np.uint8), z, z.astype(np.uint64), z.astype(np.uint64),
+                            InlineBytes.empty(), np.zeros(n + 1, np.int64))
             cols = [np.concatenate([g[j] for g in got]) for j in range(6)]
             bounds = np.searchsorted(cols[0], np.arange(n + 1))
-            return Rows(*cols, inline.get(p, {}), bounds)  # type: ignore[arg-type]
+            at, values = inline.get(p, ([], []))
+            store = InlineBytes.from_values(np.concatenate(at), values) if at else InlineBytes.empty()
+            return Rows(*cols, store, bounds)  # type: ignore[arg-type]
 
         def one_set(i: int) -> ReferenceSet:
             from . import open_input
@@ -441,29 +445,18 @@ def _string(doc: Doc, s: int, e: int, key: str | None) -> bytes:
     return v
 
 
-_BASE64 = word(b"base64:")
 
 
 def _strings(doc: Doc, vs: np.ndarray, ve: np.ndarray, rows: np.ndarray, known: Mapping[int, Any],
              ) -> list[bytes]:
     """The bytes of the string values of members ``rows`` (``known``: those already read)."""
     s, e = vs[rows], ve[rows]
-    b64 = (e - s > 7) & ((doc.W[s] & LOW8[7]) == _BASE64)
+    out: list[Any] = base64_many(doc, s, e)
     if known:
-        b64 &= ~np.isin(rows, np.fromiter(known, np.int64, len(known)))
-    out: list[Any] = [None] * rows.size
-    fast = np.flatnonzero(b64)
-    mv, a2b = memoryview(doc.data), binascii.a2b_base64
-    try:  # strict base64 straight from the text; anything else one by one below
-        got = [a2b(mv[x + 7:y], strict_mode=True) for x, y in zip(s[fast].tolist(), e[fast].tolist())]
-    except (binascii.Error, ValueError):
-        b64[:] = False
-    else:
-        for j, v in zip(fast.tolist(), got):
-            out[j] = v
-    for j in np.flatnonzero(~b64).tolist():
-        r = int(rows[j])
-        out[j] = known[r] if r in known else _string(doc, int(s[j]), int(e[j]), None)
+        for j in np.flatnonzero(np.isin(rows, np.fromiter(known, np.int64, len(known)))).tolist():
+            out[j] = known[int(rows[j])]
+    for j in [j for j, v in enumerate(out) if v is None]:
+        out[j] = _string(doc, int(s[j]), int(e[j]), None)
     return out
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..inline import InlineBytes, concat_inline
 from ..keys import ChunkGrid
 from ..model import ReferenceSet
 from ..tables import INLINE, RANGE, WHOLE, Ref, resolve, union_urls
@@ -27,7 +28,7 @@ META_NAMES = (".zarray", ".zattrs", ".zgroup", "zarr.json")
 class Rows:
     """The chunk references of one variable in every input that has it. Row ``r`` belongs to input
     ``owner[r]`` (ascending); ``flat`` indexes that input's own grid; ``path_id`` indexes
-    :attr:`Inputs.urls` (0 for inline rows); ``inline`` maps a row to its bytes."""
+    :attr:`Inputs.urls` (0 for inline rows); ``inline`` holds the bytes of inline rows, by row."""
 
     owner: np.ndarray
     flat: np.ndarray
@@ -35,12 +36,12 @@ class Rows:
     path_id: np.ndarray
     offset: np.ndarray
     length: np.ndarray
-    inline: dict[int, bytes]
+    inline: InlineBytes
     bounds: np.ndarray  # rows of input i: bounds[i]:bounds[i + 1]
 
     @classmethod
     def of_parts(cls, n: int, parts: Sequence[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                    np.ndarray]], inline: dict[int, bytes]) -> Rows:
+                                                    np.ndarray]], inline: InlineBytes) -> Rows:
         """From ``(input, flat, kind, path_id, offset, length)`` parts in input order."""
         counts = np.zeros(n, np.int64)
         for p in parts:
@@ -111,7 +112,7 @@ class Inputs:
         meta = [_metadata(rs) for rs in sets]
 
         def rows(path: str) -> Rows:
-            parts, inline = [], {}
+            parts, stores, at = [], [], []
             base = 0
             for i, rs in enumerate(sets):
                 if path not in rs.grids:
@@ -121,11 +122,10 @@ class Inputs:
                 pid = np.where((k == RANGE) | (k == WHOLE), remaps[i][np.asarray(p, np.int64)], 0)
                 parts.append((i, f, k, pid, o, n))
                 if table.inline:
-                    cells = np.fromiter(table.inline, np.int64, len(table.inline))
-                    at = base + np.searchsorted(f, cells)
-                    inline.update(zip(at.tolist(), table.inline.values(), strict=True))
+                    stores.append(table.inline)
+                    at.append(base + np.searchsorted(f, table.inline.flat))
                 base += len(f)
-            return Rows.of_parts(len(sets), parts, inline)
+            return Rows.of_parts(len(sets), parts, concat_inline(stores, at))
 
         return cls(names, urls, meta, [rs.grids for rs in sets], rows, sets.__getitem__)
 
@@ -137,13 +137,11 @@ def _metadata(rs: ReferenceSet) -> dict[str, Ref]:
             if k.endswith(META_NAMES)}
 
 
-def inline_rows(rows: Rows, sel: slice | np.ndarray) -> dict[int, bytes]:
-    """``rows.inline`` of the rows ``sel`` selects, keyed by their position in the selection (not to
-    be changed: all rows give ``rows.inline`` itself)."""
-    if not rows.inline:
-        return {}
-    if isinstance(sel, slice) and sel == slice(None):
+def inline_rows(rows: Rows, sel: slice | np.ndarray) -> InlineBytes:
+    """``rows.inline`` of the rows ``sel`` selects (ascending), keyed by their position in the
+    selection."""
+    if not rows.inline or (isinstance(sel, slice) and sel == slice(None)):
         return rows.inline
     idx = np.arange(len(rows.flat))[sel]
     pos = np.flatnonzero(rows.kind[sel] == INLINE)
-    return {p: rows.inline[r] for p, r in zip(pos.tolist(), idx[pos].tolist(), strict=True)}
+    return rows.inline.take(rows.inline.positions(idx[pos])).moved(pos)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidReferences, Unsupported
+from ..inline import InlineBytes
 from ..keys import ChunkGrid, chunk_keys
 from ..model import ReferenceSet
 from ..producer import json_text
@@ -201,7 +202,7 @@ def _inline_texts(values: list[bytes], enc: Callable[[Any], bytes]) -> list[str]
 
 
 def _members(esc_path: str, grid: ChunkGrid, f: np.ndarray, kind: np.ndarray, pid: np.ndarray,
-             off: np.ndarray, ln: np.ndarray, urls: np.ndarray, inline: Mapping[int, bytes],
+             off: np.ndarray, ln: np.ndarray, urls: np.ndarray, inline: InlineBytes,
              enc: Callable[[Any], bytes]) -> bytes:
     """``"key":value`` of chunks ``f``, comma-separated."""
     from numpy.dtypes import StringDType
@@ -219,7 +220,7 @@ def _members(esc_path: str, grid: ChunkGrid, f: np.ndarray, kind: np.ndarray, pi
         val[whole] = add(add("[", urls[pid[whole]]), "]")
     inl = np.flatnonzero(kind == INLINE)
     if inl.size:
-        val[inl] = np.array(_inline_texts([inline[i] for i in f[inl].tolist()], enc), sd)
+        val[inl] = np.array(_inline_texts(inline.take(inline.positions(f[inl])).values(), enc), sd)
     members = add(add(add('"', keys), '":'), val)
     return ",".join(members.tolist()).encode()
 
