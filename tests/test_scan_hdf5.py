@@ -137,6 +137,13 @@ def test_layouts(tmp_path: Path) -> None:
     g = zarr.open_group(refset.ZarrStore(rs), mode="r")
     assert (g["partly_written"][4:, :] == -7.5).all() and (g["never_written"][...] == 42).all()
     assert (g["never_written_chunked"][...] == 3).all()
+    # the scanner builds each table on its own grid: the one its .zarray describes, as a reader finds
+    again = refset.ReferenceSet.from_items(rs.items())
+    assert again.grids == rs.grids and set(rs.grids) >= {"contiguous", "compact", "scalar", "empty"}
+    for path in rs.grids:
+        for a, b in zip(again.table(path).entries(), rs.table(path).entries(), strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert again.table(path).inline == rs.table(path).inline
 
 
 def _compact_plist(shape, dtype):

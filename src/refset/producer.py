@@ -14,7 +14,7 @@ from .errors import InvalidReferences
 from .keys import ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
 from .tables import INLINE, MAX_END, RANGE, ChunkTable, KeyTable, Row, sparse_grid
 
-__all__ = ["tables_from_arrays", "metadata_bytes", "json_text"]
+__all__ = ["tables_from_arrays", "trusted_parts", "metadata_bytes", "json_text"]
 
 _FIELDS = ("path_id", "offset", "length")
 
@@ -156,6 +156,16 @@ def _finish(grid: ChunkGrid, kind: np.ndarray, pid: np.ndarray, off: np.ndarray,
     make = ChunkTable._trusted if trusted else ChunkTable
     return make(grid, kind, pid.astype(np.uint64, copy=False), o.astype(np.uint64, copy=False),
                 n_.astype(np.uint64, copy=False), inline)
+
+
+def trusted_parts(metadata: Mapping[str, Any], tables: Mapping[str, ChunkTable], urls: Sequence[str],
+                  ) -> tuple[tuple[str, ...], dict[str, ChunkTable], KeyTable]:
+    """``(urls, tables, other)`` of tables refset's own scanners built, each on the grid its
+    ``.zarray`` in ``metadata`` describes (their only metadata keys: ``.zarray``, ``.zattrs``,
+    ``.zgroup``); the metadata values are checked and serialised."""
+    rows: dict[str, Row] = {key: (INLINE, 0, 0, 0, metadata_bytes(value, f"metadata[{json.dumps(key)}]"))
+                            for key, value in metadata.items()}
+    return tuple(urls), dict(tables), KeyTable.from_items(rows)
 
 
 def tables_from_arrays(

@@ -67,10 +67,11 @@ class ScanFile:
         one concurrent round of requests; a short read raises ``OSError``."""
         out: list[Any] = [None] * len(offsets)
         far = []
+        local, head = is_local(self.fs), len(self.head)
         for i, (o, n) in enumerate(zip(offsets, lengths)):
-            if o + n <= len(self.head):
+            if o + n <= head:
                 out[i] = self.head[o:o + n]
-            elif is_local(self.fs):
+            elif local:
                 self.file.seek(o)
                 out[i] = self.file.read(n)
             else:

@@ -8,14 +8,18 @@ remote scan costs one round of requests for all of them.
 from __future__ import annotations
 
 import base64
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import Unsupported
+from ..errors import InvalidReferences, Unsupported
+from ..inline import InlineBytes
+from ..keys import ChunkGrid, checked_grid
 from ..model import ReferenceSet
+from ..tables import INLINE, RANGE, ChunkTable, sparse_grid
 
 __all__ = ["SetWriter", "json_value", "json_attrs", "fill_json", "dtype_json", "cannot", "split_rows"]
 
@@ -121,13 +125,16 @@ def split_rows(shape: tuple[int, ...], itemsize: int, limit: int | None) -> int:
 
 
 class SetWriter:
-    """Collects a scan's groups and arrays, then builds the set in one checked call."""
+    """Collects a scan's groups and arrays, then builds the set: each array's chunk table is made
+    from its columns directly (dense, one URL), only the metadata goes through the checked path."""
 
     def __init__(self, url: str, inline_threshold: int) -> None:
         self.url = url
         self.inline_threshold = inline_threshold
         self.metadata: dict[str, Any] = {".zgroup": {"zarr_format": 2}}
-        self.arrays: dict[str, dict[str, Any]] = {}
+        # per array: grid, kind, offset, length (flat, zero where not a range), inline flats and bytes
+        self.arrays: dict[str, tuple[ChunkGrid, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray],
+                                     list[bytes]]] = {}
         self._small: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
 
     def group(self, path: str, attrs: Mapping[str, Any]) -> None:
@@ -166,39 +173,58 @@ class SetWriter:
             "zarr_format": 2,
         }
         self.metadata[f"{path}/.zattrs"] = {**attrs, "_ARRAY_DIMENSIONS": list(dims)}
-        grid = tuple(-(-s // c) if c else 0 for s, c in zip(shape, chunks))
-        if offset is None:
-            offset = np.zeros(grid, np.uint64)
-            length = np.zeros(grid, np.uint64)
-        assert length is not None
-        offset = np.asarray(offset, np.int64).reshape(grid)
-        length = np.asarray(length, np.int64).reshape(grid)
-        present = length > 0
-        pid = np.where(present, 0, -1).astype(np.int64)
-        inl = dict(inline or {})
-        if inl:
-            pid.reshape(-1)[np.fromiter(inl, np.int64, len(inl))] = -1
-        small = present & (length < self.inline_threshold)
-        if inl:
-            small.reshape(-1)[np.fromiter(inl, np.int64, len(inl))] = False
-        if small.any():
-            flat = np.flatnonzero(small)
-            self._small.append((path, flat, offset.reshape(-1)[flat], length.reshape(-1)[flat]))
-            pid.reshape(-1)[flat] = -1
-        self.arrays[path] = {"path_id": pid, "offset": np.where(pid >= 0, offset, 0),
-                             "length": np.where(pid >= 0, length, 0), "inline": inl}
+        grid = checked_grid([int(x) for x in shape], [int(x) for x in chunks], ".", "", 2)
+        if grid is None:
+            raise InvalidReferences(f"arrays[{json.dumps(path)}]: no chunk grid: shape {list(shape)} "
+                                    f"and chunks {list(chunks)} do not describe a regular grid")
+        n = grid.nchunks
+        if offset is None or length is None:
+            off = ln = np.zeros(n, np.int64)
+        else:
+            off = np.asarray(offset, np.int64).reshape(-1)
+            ln = np.asarray(length, np.int64).reshape(-1)
+        kind = (ln > 0).astype(np.uint8)
+        kind *= np.uint8(RANGE)
+        inl_flat = [np.fromiter(inline, np.int64, len(inline))] if inline else []
+        inl_data = list(inline.values()) if inline else []
+        if inline:
+            kind[inl_flat[0]] = INLINE
+        small = np.flatnonzero((kind == RANGE) & (ln < self.inline_threshold))
+        if small.size:
+            self._small.append((path, small, off[small], ln[small]))
+            kind[small] = INLINE
+        located = kind == RANGE
+        if not located.all():
+            off = np.where(located, off, 0)
+            ln = np.where(located, ln, 0)
+        self.arrays[path] = (grid, kind, off, ln, inl_flat, inl_data)
 
     def build(self, read_ranges: Callable[[list[int], list[int]], list[bytes]]) -> ReferenceSet:
         """Read the small chunks (``read_ranges(offsets, lengths)``, one batch) and build the set."""
         if self._small:
             offs = np.concatenate([s[2] for s in self._small])
             lens = np.concatenate([s[3] for s in self._small])
-            data = iter(read_ranges(offs.tolist(), lens.tolist()))
+            data = read_ranges(offs.tolist(), lens.tolist())
+            at = 0
             for apath, flat, _, _ in self._small:
-                self.arrays[apath]["inline"].update(zip(flat.tolist(), data))
-        from ..producer import tables_from_arrays
+                entry = self.arrays[apath]
+                entry[4].append(flat)
+                entry[5].extend(data[at:at + flat.size])
+                at += flat.size
+        from ..producer import trusted_parts
         from ..source import MemorySource
 
-        # the columns are built above (int64, grid-shaped): only the metadata is checked
-        return ReferenceSet(MemorySource(*tables_from_arrays(self.metadata, self.arrays, [self.url],
-                                                             trusted=True), {"format": "memory"}))
+        tables = {}
+        for path, (grid, kind, off, ln, inl_flat, inl_data) in self.arrays.items():
+            inline = (InlineBytes.from_values(np.concatenate(inl_flat), inl_data) if inl_flat
+                      else InlineBytes.empty())
+            count = int(np.count_nonzero(kind))
+            if sparse_grid(grid.nchunks, count):
+                f = np.flatnonzero(kind)
+                tables[path] = ChunkTable.from_entries(grid, f, kind[f], np.zeros(f.size, np.uint16), off[f],
+                                                       ln[f], inline)
+            else:
+                tables[path] = ChunkTable._trusted(grid, kind, np.zeros(grid.nchunks, np.uint16), off, ln,
+                                                   inline)
+        return ReferenceSet(MemorySource(*trusted_parts(self.metadata, tables, [self.url]),
+                                         {"format": "memory"}))
