@@ -197,8 +197,9 @@ class ReadEngine:
                     key = chunk_keys(path, t.grid, flat[i:i + 1]).tolist()[0]
                     raise ReferenceNotReachable.wrap(key, urls[int(pid[i])], d) from d
                 out[i] = d
-        for i in np.flatnonzero(kind == INLINE).tolist():
-            out[i] = t.inline[int(flat[i])]
+        inl = np.flatnonzero(kind == INLINE)
+        for i, d in zip(inl.tolist(), t.inline.get_many(flat[inl]), strict=True):
+            out[i] = d
         whole = np.flatnonzero(kind == WHOLE).tolist()
         keys = chunk_keys(path, t.grid, flat[whole]).tolist()
         got_whole = await asyncio.gather(*(self.read_whole(k, urls[int(pid[i])], None, None)

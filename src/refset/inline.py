@@ -2,13 +2,15 @@
 
 The values sit end to end in one ``bytes`` buffer; ``flat`` (ascending) gives each one's flat chunk
 index and ``offsets`` (one more entry than values) where each starts and ends in the buffer. It reads
-as an immutable ``Mapping[int, bytes]``; :meth:`~InlineBytes.select`, :meth:`~InlineBytes.moved` and
-:func:`concat_inline` work on the columns, without a Python object per value.
+as an immutable ``Mapping[int, bytes]``; :meth:`~InlineBytes.take`, :meth:`~InlineBytes.moved`,
+:meth:`~InlineBytes.get_many` and :func:`concat_inline` work on the columns, without a Python object
+per value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import operator
+from collections.abc import ItemsView, Iterator, Mapping, Sequence, ValuesView
 from itertools import pairwise
 from typing import Any
 
@@ -20,6 +22,8 @@ __all__ = ["InlineBytes", "concat_inline"]
 
 #: Values longer than this on average are copied by slicing rather than by a numpy index per byte.
 _SLICE_MEAN = 64
+#: Bytes copied per numpy pass when values are copied by index.
+_GATHER_BLOCK = 1 << 20
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -46,22 +50,52 @@ def gather(data: bytes, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarra
     if total > _SLICE_MEAN * starts.size:
         return offsets, b"".join([data[s:s + n] for s, n in zip(starts.tolist(), lens.tolist(), strict=True)])
     src = np.frombuffer(data, np.uint8)
-    idx = np.repeat(starts - offsets[:-1], lens) + np.arange(total, dtype=np.int64)
-    return offsets, src[idx].tobytes()
+    out = np.empty(total, np.uint8)
+    # a block of values at a time: the index arrays cost 16 bytes per byte copied
+    cuts = np.searchsorted(offsets, np.arange(0, total, _GATHER_BLOCK), side="right") - 1
+    bounds = np.unique(np.append(cuts, starts.size))
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        lo, hi = int(offsets[a]), int(offsets[b])
+        idx = np.repeat(starts[a:b] - offsets[a:b], lens[a:b])
+        idx += np.arange(lo, hi, dtype=np.int64)
+        out[lo:hi] = src[idx]
+    return offsets, out.tobytes()
 
 
-class InlineBytes:
+class InlineBytes(Mapping[int, bytes]):
     """Inline bytes by flat chunk index: ``flat`` ascending, value ``i`` is
     ``data[offsets[i]:offsets[i + 1]]``. A read-only mapping ``{flat index: bytes}``."""
 
     __slots__ = ("data", "flat", "offsets")
 
     def __init__(self, flat: np.ndarray, offsets: np.ndarray, data: bytes) -> None:
-        """Columns as they are (ascending ``flat``, ``offsets`` from 0 to ``len(data)``); see
-        :meth:`of` and :meth:`from_values` to build one from values in any order."""
+        """Columns as they are, checked (ascending ``flat`` without repeats, ``offsets`` rising from
+        0 to ``len(data)``); see :meth:`of` and :meth:`from_values` to build one from values."""
+        flat = np.asarray(flat)
+        offsets = np.asarray(offsets)
+        if not isinstance(data, bytes):
+            raise InvalidReferences(f"InlineBytes.data: must be bytes, got {type(data).__name__}")
+        if flat.ndim != 1 or flat.dtype.kind not in "iu" or offsets.dtype.kind not in "iu" or (
+                offsets.shape != (flat.size + 1,)):
+            raise InvalidReferences("InlineBytes: flat must be a 1-d integer array and offsets one "
+                                    "entry longer")
+        if flat.size and (int(flat[0]) < 0 or not bool((flat[1:] > flat[:-1]).all())):
+            raise InvalidReferences("InlineBytes.flat: must ascend, without repeats, from 0")
+        if int(offsets[0]) != 0 or int(offsets[-1]) != len(data) or not bool((offsets[1:] >= offsets[:-1]).all()):
+            raise InvalidReferences(f"InlineBytes.offsets: must rise from 0 to {len(data)} (the data's length)")
+        self._set(flat, offsets, data)
+
+    def _set(self, flat: np.ndarray, offsets: np.ndarray, data: bytes) -> None:
         self.flat = _frozen(np.asarray(flat, np.int64))
         self.offsets = _frozen(np.asarray(offsets, np.int64))
-        self.data = bytes(data)
+        self.data = data
+
+    @classmethod
+    def _trusted(cls, flat: np.ndarray, offsets: np.ndarray, data: bytes) -> InlineBytes:
+        """Columns that satisfy ``__init__``'s checks by construction."""
+        out = cls.__new__(cls)
+        out._set(flat, offsets, data)
+        return out
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod
@@ -69,37 +103,47 @@ class InlineBytes:
         return _EMPTY
 
     @classmethod
-    def of(cls, values: Mapping[int, bytes] | None) -> InlineBytes:
-        """``values`` as columns (itself when it already is)."""
+    def of(cls, values: Mapping[int, bytes] | Any) -> InlineBytes:
+        """``values`` (a mapping, or ``(index, bytes)`` pairs) as columns (itself when it already is)."""
         if isinstance(values, InlineBytes):
             return values
         if not values:
             return _EMPTY
+        if not isinstance(values, Mapping):
+            try:
+                values = dict(values)
+            except (TypeError, ValueError):
+                raise InvalidReferences(f"inline chunks: a mapping of flat chunk index to bytes, got "
+                                        f"{type(values).__name__}") from None
+        if not all(type(k) is int for k in values):
+            bad = next((k for k in values if isinstance(k, bool) or not isinstance(k, int | np.integer)), None)
+            if bad is not None:
+                raise InvalidReferences(f"inline chunks: key {bad!r} is not a flat chunk index (an int)")
         try:
             flat = np.fromiter(values, np.int64, len(values))
-        except (TypeError, ValueError, OverflowError) as e:
-            raise InvalidReferences(f"inline chunks: keys must be flat chunk indices (ints): {e}") from None
+        except OverflowError:
+            raise InvalidReferences("inline chunks: a key is too large for a flat chunk index") from None
         return cls.from_values(flat, list(values.values()))
 
     @classmethod
     def from_values(cls, flat: np.ndarray, values: Sequence[bytes]) -> InlineBytes:
-        """``values[i]`` at flat index ``flat[i]``, in any order (a later repeat of an index wins)."""
+        """``values[i]`` (bytes, bytearray or memoryview) at flat index ``flat[i]``, in any order
+        (a later repeat of an index wins)."""
         flat = np.asarray(flat, np.int64)
         if flat.shape != (len(values),):
             raise InvalidReferences(f"inline chunks: {flat.size} indices for {len(values)} values")
-        try:
-            lens = np.fromiter(map(len, values), np.int64, len(values))
-            data = b"".join(values)
-        except TypeError:
-            bad = next(v for v in values if not isinstance(v, bytes | bytearray | memoryview))
-            raise InvalidReferences(f"inline chunks: values must be bytes, got {type(bad).__name__}") from None
-        return cls._ordered(flat, _offsets(lens), data)
+        if not all(type(v) is bytes for v in values):
+            values = [_as_bytes(v) for v in values]
+        lens = np.fromiter(map(len, values), np.int64, len(values))
+        return cls._ordered(flat, _offsets(lens), b"".join(values))
 
     @classmethod
     def _ordered(cls, flat: np.ndarray, offsets: np.ndarray, data: bytes) -> InlineBytes:
         """Columns whose ``flat`` may be in any order or repeat (the last repeat wins)."""
+        if flat.size and int(flat.min()) < 0:
+            raise InvalidReferences(f"inline chunks: {int(flat.min())} is not a flat chunk index")
         if flat.size < 2 or bool((flat[1:] > flat[:-1]).all()):
-            return cls(flat, offsets, data)
+            return cls._trusted(flat, offsets, data)
         order = np.argsort(flat, kind="stable")
         f = flat[order]
         last = np.ones(f.size, bool)
@@ -107,7 +151,7 @@ class InlineBytes:
         order = order[last]
         starts = offsets[:-1][order]
         new_offsets, buf = gather(data, starts, offsets[1:][order] - starts)
-        return cls(f[last], new_offsets, buf)
+        return cls._trusted(f[last], new_offsets, buf)
 
     # -- mapping -----------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -119,13 +163,19 @@ class InlineBytes:
     def __iter__(self) -> Iterator[int]:
         return iter(self.flat.tolist())
 
-    def keys(self) -> list[int]:
-        return self.flat.tolist()
+    def __reversed__(self) -> Iterator[int]:
+        return reversed(self.flat.tolist())
 
     def _pos(self, key: Any) -> int:
-        if isinstance(key, bool) or not isinstance(key, int | np.integer):
+        if isinstance(key, float):
+            if not key.is_integer():
+                return -1
+            key = int(key)
+        try:
+            key = operator.index(key)
+        except TypeError:
             return -1
-        i = int(np.searchsorted(self.flat, key))
+        i = int(self.flat.searchsorted(key))
         return i if i < self.flat.size and self.flat.item(i) == key else -1
 
     def __getitem__(self, key: int) -> bytes:
@@ -141,16 +191,26 @@ class InlineBytes:
     def __contains__(self, key: object) -> bool:
         return self._pos(key) >= 0
 
-    def values(self) -> list[bytes]:
+    def values(self) -> ValuesView[bytes]:
         """The values in flat index order."""
+        return _Values(self)
+
+    def items(self) -> ItemsView[int, bytes]:
+        return _Items(self)
+
+    def value_list(self) -> list[bytes]:
+        """The values in flat index order, as a list."""
         d, o = self.data, self.offsets.tolist()
         return [d[a:b] for a, b in pairwise(o)]
 
-    def items(self) -> list[tuple[int, bytes]]:
-        return list(zip(self.flat.tolist(), self.values(), strict=True))
+    def get_many(self, flat: np.ndarray) -> list[bytes | None]:
+        """The value at each of ``flat``, None where there is none."""
+        pos = self.positions(flat).tolist()
+        d, o = self.data, self.offsets
+        return [None if p < 0 else d[o.item(p):o.item(p + 1)] for p in pos]
 
     def to_dict(self) -> dict[int, bytes]:
-        return dict(self.items())
+        return dict(zip(self.flat.tolist(), self.value_list(), strict=True))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, InlineBytes):
@@ -163,14 +223,6 @@ class InlineBytes:
     __hash__ = None  # type: ignore[assignment]
 
     # -- columns -----------------------------------------------------------------------------------
-    def value_at(self, pos: int) -> bytes:
-        """The value at position ``pos`` (in flat index order)."""
-        return self.data[self.offsets.item(pos):self.offsets.item(pos + 1)]
-
-    def buffer(self) -> tuple[bytes, np.ndarray]:
-        """``(data, offsets)``: the values end to end and where each starts and ends."""
-        return self.data, self.offsets
-
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
@@ -188,26 +240,48 @@ class InlineBytes:
         return np.where(ok, pos, -1)
 
     def take(self, pos: np.ndarray) -> InlineBytes:
-        """The values at positions ``pos`` (ascending), with their flat indices."""
+        """The values at positions ``pos`` (ascending, without repeats), with their flat indices."""
         pos = np.asarray(pos, np.int64)
-        if pos.size == self.flat.size:
+        n = self.flat.size
+        if pos.size == n and (not n or (int(pos[0]) == 0 and int(pos[-1]) == n - 1)):
             return self
         starts = self.offsets[pos]
         offsets, buf = gather(self.data, starts, self.offsets[pos + 1] - starts)
-        return InlineBytes(self.flat[pos], offsets, buf)
+        return InlineBytes._trusted(self.flat[pos], offsets, buf)
 
     def moved(self, flat: np.ndarray) -> InlineBytes:
         """The same values at new flat indices (``flat[i]`` for value ``i``; any order, no repeats)."""
         return InlineBytes._ordered(np.asarray(flat, np.int64), self.offsets, self.data)
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (InlineBytes, (self.flat, self.offsets, self.data))
+        return (InlineBytes._trusted, (self.flat, self.offsets, self.data))
 
     def __repr__(self) -> str:
         return f"<InlineBytes {self.flat.size} values, {len(self.data)} bytes>"
 
 
-Mapping.register(InlineBytes)
+class _Values(ValuesView[bytes]):
+    _mapping: InlineBytes
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._mapping.value_list())
+
+
+class _Items(ItemsView[int, bytes]):
+    _mapping: InlineBytes
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        m = self._mapping
+        return zip(m.flat.tolist(), m.value_list(), strict=True)
+
+
+def _as_bytes(v: Any) -> bytes:
+    if isinstance(v, bytes):
+        return v
+    if isinstance(v, bytearray | memoryview):
+        return bytes(v)
+    raise InvalidReferences(f"inline chunks: values must be bytes, got {type(v).__name__}")
+
 
 _EMPTY = InlineBytes(np.zeros(0, np.int64), np.zeros(1, np.int64), b"")
 

@@ -127,8 +127,9 @@ class KeyIndex:
             t = self.rs.table(a)
             kinds, _, _, lens = t.take(flat)
             names = chunk_keys(a, g, flat).tolist()
-            for name, k, n, f in zip(names, kinds.tolist(), lens.tolist(), flat.tolist(), strict=True):
-                files.append((name, k, n, len(t.inline[f]) if k == INLINE else 0))
+            data = t.inline.get_many(flat)
+            for name, k, n, d in zip(names, kinds.tolist(), lens.tolist(), data, strict=True):
+                files.append((name, k, n, len(d) if k == INLINE and d is not None else 0))
         if not files and not dirs and path and not self.isdir(path):
             return None
         return files, list(dirs)

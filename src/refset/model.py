@@ -184,9 +184,10 @@ class ReferenceSet(Mapping[str, Ref]):
         t = t if t is not None else self.table(path)
         kind, pid, off, ln = t.take(flat)
         urls = self.urls
-        return [None if k == ABSENT else resolve((k, p, o, n, t.inline.get(f)), urls, "")
-                for k, p, o, n, f in zip(kind.tolist(), pid.tolist(), off.tolist(), ln.tolist(),
-                                         flat.tolist(), strict=True)]
+        data = t.inline.get_many(flat) if t.inline else [None] * len(flat)
+        return [None if k == ABSENT else resolve((k, p, o, n, d), urls, "")
+                for k, p, o, n, d in zip(kind.tolist(), pid.tolist(), off.tolist(), ln.tolist(),
+                                         data, strict=True)]
 
     def _chunk_or_none(self, path: str, flat: int) -> Ref | None:
         try:
@@ -339,16 +340,15 @@ class ReferenceSet(Mapping[str, Ref]):
         t = self.table(path)
         f, kind, pid, off, ln = t.entries()
         urls = self.urls
-        inline = t.inline
-        cols = zip(self.keys_at(path, f), kind.tolist(), pid.tolist(), off.tolist(), ln.tolist(),
-                   f.tolist(), strict=True)
-        for key, k, p, o, n, i in cols:
+        inline = iter(t.inline.value_list())  # the inline chunks' bytes, in the same (C) order
+        cols = zip(self.keys_at(path, f), kind.tolist(), pid.tolist(), off.tolist(), ln.tolist(), strict=True)
+        for key, k, p, o, n in cols:
             if k == RANGE:
                 yield key, (urls[p], o, n)
             elif k == WHOLE:
                 yield key, (urls[p],)
             else:
-                yield key, inline[i]
+                yield key, next(inline)
 
     def items(self) -> Iterator[tuple[str, Ref]]:  # type: ignore[override]
         o = self.other

@@ -67,18 +67,6 @@ def _first(mask: np.ndarray) -> int:
     return int(np.argmax(mask))
 
 
-def _trusted_table(spec: Mapping[str, Any], grid: ChunkGrid) -> ChunkTable:
-    """``_table`` without the checks, for columns refset's own scanners built (int64, grid-shaped,
-    ``path_id`` 0 or -1, inline keys flat ints)."""
-    pid = spec["path_id"].reshape(-1)
-    kind = (pid >= 0).view(np.uint8) * np.uint8(RANGE)
-    inline = spec.get("inline") or {}
-    if inline:
-        kind[np.fromiter(inline, np.int64, len(inline))] = INLINE
-    return _finish(grid, kind, pid, spec["offset"].reshape(-1), spec["length"].reshape(-1), inline,
-                   trusted=True)
-
-
 def _table(path: str, spec: Mapping[str, Any], grid: ChunkGrid, nurls: int) -> ChunkTable:
     unknown = sorted(set(spec) - {*_FIELDS, "inline"})
     if unknown:
@@ -142,9 +130,8 @@ def _table(path: str, spec: Mapping[str, Any], grid: ChunkGrid, nurls: int) -> C
 
 
 def _finish(grid: ChunkGrid, kind: np.ndarray, pid: np.ndarray, off: np.ndarray, ln: np.ndarray,
-            inline: dict[int, bytes], trusted: bool = False) -> ChunkTable:
-    """The table of checked columns (``trusted``: also consistent with ``inline`` by construction,
-    so the table's own checks are skipped)."""
+            inline: dict[int, bytes]) -> ChunkTable:
+    """The table of checked columns."""
     n = int(np.count_nonzero(kind))
     if sparse_grid(grid.nchunks, n):
         f = np.flatnonzero(kind != 0)
@@ -153,8 +140,7 @@ def _finish(grid: ChunkGrid, kind: np.ndarray, pid: np.ndarray, off: np.ndarray,
     pid = np.where(zero, 0, pid) if zero.any() else pid
     o = np.where(zero, 0, off) if zero.any() else off
     n_ = np.where(zero, 0, ln) if zero.any() else ln
-    make = ChunkTable._trusted if trusted else ChunkTable
-    return make(grid, kind, pid.astype(np.uint64, copy=False), o.astype(np.uint64, copy=False),
+    return ChunkTable(grid, kind, pid.astype(np.uint64, copy=False), o.astype(np.uint64, copy=False),
                 n_.astype(np.uint64, copy=False), inline)
 
 
@@ -172,10 +158,8 @@ def tables_from_arrays(
     metadata: Mapping[str, Any],
     arrays: Mapping[str, Mapping[str, Any]],
     urls: Sequence[str],
-    trusted: bool = False,
 ) -> tuple[tuple[str, ...], dict[str, ChunkTable], KeyTable]:
-    """Check and convert the arguments of ``ReferenceSet.from_arrays`` (``trusted``: columns from
-    refset's own scanners, whose array checks are skipped)."""
+    """Check and convert the arguments of ``ReferenceSet.from_arrays``."""
     if not isinstance(metadata, Mapping):
         raise InvalidReferences(f"metadata: must be a mapping, got {type(metadata).__name__}")
     if not isinstance(arrays, Mapping):
@@ -215,7 +199,7 @@ def tables_from_arrays(
         if not isinstance(spec, Mapping):
             raise InvalidReferences(f"arrays[{json.dumps(path)}]: must be a mapping of numpy arrays, "
                                     f"got {type(spec).__name__}")
-        tables[path] = _trusted_table(spec, g) if trusted else _table(path, spec, g, len(url_t))
+        tables[path] = _table(path, spec, g, len(url_t))
     for path, g in grids.items():
         if path not in tables:
             tables[path] = ChunkTable.empty(g)  # never written: every chunk is the fill value

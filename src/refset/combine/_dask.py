@@ -80,7 +80,7 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
 def _coords_part(group: tuple[list[Any], list[Any], list[set[str]]]) -> bytes:
     """The group's coordinates and unused drops, pickled into one message frame (distributed sends
     each numpy array of a result as a frame of its own: ~5 ms per 100 of them)."""
-    return pickle.dumps((group[1], group[2]), protocol=pickle.HIGHEST_PROTOCOL)
+    return _frame((group[1], group[2]))
 
 
 def _combine_picked(groups: Sequence[tuple[list[Any], list[Any], list[set[str]]]], picks: Sequence[tuple[int, int]],
@@ -99,8 +99,18 @@ def _combined(parts: Sequence[tuple[ReferenceSet, str]], dims: Sequence[str], id
     would send each column of each table as a frame of its own."""
     inputs = Inputs.from_sets([p[0] for p in parts], [p[1] for p in parts])
     coords = coordinates(inputs, dims, coo_map, coo_dtypes, so, target=target)
-    rs = Combiner(inputs, coords, set(identical), check, so).build()
-    return pickle.dumps((rs, name), protocol=pickle.HIGHEST_PROTOCOL)
+    return _frame((Combiner(inputs, coords, set(identical), check, so).build(), name))
+
+
+def _frame(obj: Any) -> bytes:
+    """``obj`` pickled (by cloudpickle when plain pickle cannot: values of classes defined in
+    ``__main__``, as distributed itself does)."""
+    try:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        import cloudpickle
+
+        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str], identical: Sequence[str],

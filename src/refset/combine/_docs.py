@@ -445,16 +445,20 @@ def _string(doc: Doc, s: int, e: int, key: str | None) -> bytes:
     return v
 
 
-
-
 def _strings(doc: Doc, vs: np.ndarray, ve: np.ndarray, rows: np.ndarray, known: Mapping[int, Any],
              ) -> list[bytes]:
     """The bytes of the string values of members ``rows`` (``known``: those already read)."""
     s, e = vs[rows], ve[rows]
-    out: list[Any] = base64_many(doc, s, e)
-    if known:
-        for j in np.flatnonzero(np.isin(rows, np.fromiter(known, np.int64, len(known)))).tolist():
+    if not known:
+        out: list[Any] = base64_many(doc, s, e)
+    else:
+        out = [None] * rows.size
+        have = np.isin(rows, np.fromiter(known, np.int64, len(known)))
+        for j in np.flatnonzero(have).tolist():
             out[j] = known[int(rows[j])]
+        rest = np.flatnonzero(~have)
+        for j, v in zip(rest.tolist(), base64_many(doc, s[rest], e[rest]), strict=True):
+            out[j] = v
     for j in [j for j, v in enumerate(out) if v is None]:
         out[j] = _string(doc, int(s[j]), int(e[j]), None)
     return out

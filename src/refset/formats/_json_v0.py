@@ -220,7 +220,7 @@ def _members(esc_path: str, grid: ChunkGrid, f: np.ndarray, kind: np.ndarray, pi
         val[whole] = add(add("[", urls[pid[whole]]), "]")
     inl = np.flatnonzero(kind == INLINE)
     if inl.size:
-        val[inl] = np.array(_inline_texts(inline.take(inline.positions(f[inl])).values(), enc), sd)
+        val[inl] = np.array(_inline_texts(inline.get_many(f[inl]), enc), sd)
     members = add(add(add('"', keys), '":'), val)
     return ",".join(members.tolist()).encode()
 

@@ -38,7 +38,7 @@ from ._jsonscan import (
 )
 from ._templates import Templates
 
-__all__ = ["Plan", "Doc", "plan_document", "member_shape", "base64_bytes", "MIN_SIZE"]
+__all__ = ["Plan", "Doc", "plan_document", "member_shape", "base64_bytes", "base64_many", "MIN_SIZE"]
 
 MIN_SIZE = 1 << 16  # smaller documents parse faster with the generic parser
 

@@ -12,6 +12,7 @@ per-chunk Python loop.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -60,7 +61,7 @@ def encode_segment(
     path_id: np.ndarray,
     offset: np.ndarray,
     length: np.ndarray,
-    inline: dict[int, bytes],
+    inline: Mapping[int, bytes],
     lo: int,
 ) -> dict[str, int]:
     """Write the segment of cells ``lo..lo+ncells`` from its present cells (positions ``rel`` relative

@@ -183,6 +183,9 @@ class SetWriter:
         else:
             off = np.asarray(offset, np.int64).reshape(-1)
             ln = np.asarray(length, np.int64).reshape(-1)
+            if off.size != n or ln.size != n:
+                raise InvalidReferences(f"arrays[{json.dumps(path)}]: {off.size} offsets and {ln.size} "
+                                        f"lengths for the {n} chunks of grid {grid.grid_shape}")
         kind = (ln > 0).astype(np.uint8)
         kind *= np.uint8(RANGE)
         inl_flat = [np.fromiter(inline, np.int64, len(inline))] if inline else []
