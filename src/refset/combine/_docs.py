@@ -360,7 +360,7 @@ class _Reader:
                             InlineBytes.empty(), np.zeros(n + 1, np.int64))
             cols = [np.concatenate([g[j] for g in got]) for j in range(6)]
             bounds = np.searchsorted(cols[0], np.arange(n + 1))
-            at, values = inline.get(p, ([], []))
+            at, values = inline.pop(p, ([], []))  # rows are built once per array: the values move
             store = InlineBytes.from_values(np.concatenate(at), values) if at else InlineBytes.empty()
             return Rows(*cols, store, bounds)  # type: ignore[arg-type]
 
