@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import InvalidReferences
 
-__all__ = ["InlineBytes", "concat_inline"]
+__all__ = ["InlineBytes", "concat_inline", "positions_in"]
 
 #: Values longer than this on average are copied by slicing rather than by a numpy index per byte.
 _SLICE_MEAN = 64
@@ -27,9 +27,21 @@ _GATHER_BLOCK = 1 << 20
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a`` (the caller's array object itself stays writeable)."""
     v = a.view()
     v.flags.writeable = False
     return v
+
+
+def positions_in(ascending: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Position of each of ``values`` in the ascending array ``ascending``; -1 where it is not there."""
+    values = np.asarray(values, np.int64)
+    n = ascending.size
+    if not n:
+        return np.full(values.shape, -1, np.int64)
+    pos = np.searchsorted(ascending, values)
+    ok = (pos < n) & (ascending[np.minimum(pos, n - 1)] == values)
+    return np.where(ok, pos, -1)
 
 
 def _offsets(lens: np.ndarray) -> np.ndarray:
@@ -223,21 +235,13 @@ class InlineBytes(Mapping[int, bytes]):
     __hash__ = None  # type: ignore[assignment]
 
     # -- columns -----------------------------------------------------------------------------------
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
     @property
     def nbytes(self) -> int:
         return len(self.data) + self.flat.nbytes + self.offsets.nbytes if self.flat.size else 0
 
     def positions(self, flat: np.ndarray) -> np.ndarray:
         """Position of each of ``flat`` among the values; -1 where there is none."""
-        flat = np.asarray(flat, np.int64)
-        if not self.flat.size:
-            return np.full(flat.shape, -1, np.int64)
-        pos = np.searchsorted(self.flat, flat)
-        ok = (pos < self.flat.size) & (self.flat[np.minimum(pos, self.flat.size - 1)] == flat)
-        return np.where(ok, pos, -1)
+        return positions_in(self.flat, flat)
 
     def take(self, pos: np.ndarray) -> InlineBytes:
         """The values at positions ``pos`` (ascending, without repeats), with their flat indices."""

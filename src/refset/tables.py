@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import InvalidReferences, Unsupported
-from .inline import InlineBytes, concat_inline
+from .inline import InlineBytes, _frozen, concat_inline, positions_in
 from .keys import ChunkGrid
 
 __all__ = [
@@ -87,13 +87,6 @@ def _compact_dtype(a: np.ndarray, floor: type = np.uint32) -> np.dtype:
 
 
 _UINT_END = {1: 1 << 8, 2: 1 << 16, 4: 1 << 32, 8: 1 << 64}
-
-
-def _frozen(a: np.ndarray) -> np.ndarray:
-    """A read-only view of ``a`` (the caller's array object itself stays writeable)."""
-    v = a.view()
-    v.flags.writeable = False
-    return v
 
 
 def inline_as_text(data: bytes) -> bool:
@@ -205,11 +198,7 @@ class ChunkTable:
         """Rows of the columns holding flat indices ``cells``; -1 for a cell that has none."""
         if flat is None:
             return np.where((cells >= 0) & (cells < nrows), cells, -1)
-        if not len(flat):
-            return np.full(cells.shape, -1, np.int64)
-        pos = np.searchsorted(flat, cells)
-        ok = (pos < len(flat)) & (flat[np.minimum(pos, len(flat) - 1)] == cells)
-        return np.where(ok, pos, -1)
+        return positions_in(flat, cells)
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod
@@ -317,15 +306,12 @@ class ChunkTable:
                                     f"({self.nchunks} chunks)")
         if self.flat is None:
             return self._kind[flat], self._path_id[flat], self._offset[flat], self._length[flat]
-        pos = np.searchsorted(self.flat, flat)
-        pos_c = np.minimum(pos, max(len(self.flat) - 1, 0))
-        hit = (pos < len(self.flat)) & (self.flat[pos_c] == flat) if len(self.flat) else np.zeros(
-            flat.shape, bool)
+        pos = positions_in(self.flat, flat)
+        hit = pos >= 0
         out = []
         for col in (self._kind, self._path_id, self._offset, self._length):
             v = np.zeros(flat.shape, col.dtype)
-            if len(self.flat):
-                v[hit] = col[pos_c[hit]]
+            v[hit] = col[pos[hit]]
             out.append(v)
         return out[0], out[1], out[2], out[3]
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidReferences, Unsupported
+from ..inline import positions_in
 from ..keys import ChunkGrid
 from ..model import ReferenceSet
 from ..producer import metadata_bytes
@@ -97,8 +98,9 @@ class Combiner:
         first = self.overlaps(path, grid, dst, owner, strict=len(axes) + len(gains) == len(self.coords))
         if first is not None:  # a variable off some concat dims: the first input holding a chunk gives it
             cols = [c[first] for c in cols]
-            kept = np.flatnonzero(np.isin(inl.flat, first))
-            inl = inl.take(kept).moved(np.searchsorted(first, inl.flat[kept]))
+            at = positions_in(first, inl.flat)  # the kept rows' new places
+            kept = np.flatnonzero(at >= 0)
+            inl = inl.take(kept).moved(at[kept])
         self.tables[path] = ChunkTable.from_entries(grid, *cols, inline=inl.moved(cols[0][inl.flat]))
         new_dims = [c.dim for c in gains]
         self.meta[f"{path}/.zarray"] = metadata_bytes({**meta, "shape": shape, "chunks": chunks},
