@@ -287,7 +287,8 @@ def test_large_local_file_is_mapped_not_copied(tmp_path: Path):
 def test_writer_text_is_the_dict_encoded(monkeypatch, tmp_path: Path, block: int, small: int):
     """The column-wise writer spells every reference as the Version 0 dict does: paths and URLs that
     need JSON escapes, inline text, inline binary, inline text that starts with "base64:", whole
-    files, sparse and scalar arrays, and references written in several blocks."""
+    files, sparse and scalar arrays, and references written in several blocks; ASCII told from
+    binary per value (an empty value, a high byte only at a value's end)."""
     import msgspec
 
     from refset.formats import _json_v0
@@ -296,11 +297,13 @@ def test_writer_text_is_the_dict_encoded(monkeypatch, tmp_path: Path, block: int
     monkeypatch.setattr(_json_v0, "SMALL_TABLE", small)  # 0: every array column-wise
     refs = {
         ".zgroup": '{"zarr_format": 2}',
-        'we"ird\\ é/.zarray': zarray([4, 3], [2, 2]),
+        'we"ird\\ é/.zarray': zarray([6, 3], [2, 2]),
         'we"ird\\ é/0.0': ['s3://b/"q"\\é\n.nc', 10, 20],
         'we"ird\\ é/0.1': ["file:///tmp/whole.bin"],
         'we"ird\\ é/1.0': "base64:" + base64.b64encode(b"\x00\xffbin").decode(),
         'we"ird\\ é/1.1': "text with \"quotes\" and \\ and \t",
+        'we"ird\\ é/2.0': "",
+        'we"ird\\ é/2.1': "base64:" + base64.b64encode(b"abc\x80").decode(),
         "s/.zarray": zarray([], []),
         "s/0": "base64:" + base64.b64encode(b"base64:not really").decode(),
         "big/.zarray": zarray([10**6], [1]),
