@@ -205,7 +205,8 @@ def _daily_file(path: Path, day: int, n_attrs: int = 0) -> None:
 @pytest.mark.parametrize("n_attrs", [0, 12])  # 12: dense attributes (a fractal heap)
 def test_files_of_one_layout_reuse_parsed_headers_exactly(tmp_path: Path, n_attrs: int) -> None:
     """Headers parsed for one file serve the next file that repeats their bytes outside the data
-    addresses; its own data addresses, attribute values and variable-length strings are read."""
+    addresses; its own data addresses, attribute values and variable-length strings are read. The
+    metadata texts made from them are kept per header and what else they were read from."""
     from refset.scan import _h5meta as m
     from refset.scan._h5native import open_native
 
@@ -227,6 +228,16 @@ def test_files_of_one_layout_reuse_parsed_headers_exactly(tmp_path: Path, n_attr
     assert [z["date"] for z in zattrs] == ["2020-01-01", "2020-01-02", "2020-01-03"]
     assert [json.loads(s["a/.zattrs"])["comment"] for s in sets] == ["a of day 01", "a of day 02", "a of day 03"]
     assert [json.loads(s["b/.zattrs"])["valid_max"] for s in sets] == [1.0, 2.0, 3.0]
+    # the metadata texts are kept with the headers: one for "time" (the same in every file), one
+    # per comment for "a" (read from the global heap), none where attributes are dense (outside
+    # the header); day 1 again gets its own comment back
+    stores = [t.memo["zarr"] for t in m._TEMPLATES.values() if "zarr" in t.memo]
+    kept = [k for st in stores for k in st]
+    assert sum(k[0] == "time" for k in kept) == 1
+    comments = sorted(dict(k[2])["comment"] for k in kept if k[0] == "a")  # (shape, values) of each
+    assert comments == ([((1,), (f"a of day {d:02d}",)) for d in (1, 2, 3)] if not n_attrs else [])
+    assert json.loads(refset.scan(str(paths[0]))["a/.zattrs"])["comment"] == "a of day 01"
+    assert refset.scan(str(paths[0])).to_dict() == sets[0].to_dict()
 
 def test_user_block(tmp_path: Path) -> None:
     p = tmp_path / "ub.h5"

@@ -199,7 +199,7 @@ class H5File:
         """(n, entries) of each leaf of a version 1 B-tree (``node_type`` 0: a group's, 1: a
         dataset's chunks), left to right: ``entries`` holds n (key of ``key_size`` bytes, child
         address) pairs."""
-        entry = np.dtype([("key", f"V{key_size}"), ("child", "<u8")])
+        entry = _entry_dtype(key_size)
         what = ("group", "chunk")[node_type]
         seen: set[int] = set()
         todo: list[tuple[int, int | None]] = [(addr, None)]
@@ -238,7 +238,7 @@ class H5File:
     def chunk_btree(self, addr: int, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(positions n x rank, filter masks, offsets, sizes) of the chunks a v1 B-tree (type 1)
         indexes, in numpy columns (one frombuffer per node)."""
-        rec = np.dtype([("size", "<u4"), ("mask", "<u4"), ("pos", "<u8", (rank + 1,)), ("addr", "<u8")])
+        rec = _chunk_record(rank)
         parts = [np.frombuffer(body, rec, n) for n, body in self._v1_btree_leaves(addr, 1, rec.itemsize - 8)]
         recs = np.concatenate(parts) if parts else np.zeros(0, rec)
         pos = recs["pos"][:, :rank].astype(np.int64)
@@ -248,6 +248,18 @@ class H5File:
         _need(bool(((recs["addr"] < self.size) & (off + size + self.base <= self.size)).all()),
               "chunk past the end of the file")
         return pos, recs["mask"].astype(np.int64), off + self.base, size
+
+
+@functools.lru_cache(maxsize=64)
+def _entry_dtype(key_size: int) -> np.dtype:
+    """A v1 B-tree node entry: key, child address."""
+    return np.dtype([("key", f"V{key_size}"), ("child", "<u8")])
+
+
+@functools.lru_cache(maxsize=64)
+def _chunk_record(rank: int) -> np.dtype:
+    """A chunk B-tree leaf entry: its key (size, filter mask, position + 1 zero) and address."""
+    return np.dtype([("size", "<u4"), ("mask", "<u4"), ("pos", "<u8", (rank + 1,)), ("addr", "<u8")])
 
 
 class Header:

@@ -84,13 +84,23 @@ class NativeNode:
                 memo[("attrs", skip)] = got
         items = got[0]
         out: dict[str, Any] = {}
+        read: list[Any] = []
         for name, value, msg in items:
             if msg is not None:  # variable-length data, read from this file's global heap
                 value = self._value(name, *msg)
+                read.append((name, _hashable(value)))
             elif isinstance(value, np.ndarray):
                 value = value.copy()
             out[name] = value
+        self.variant = None if got[1] else tuple(read)
         return out
+
+    def memo_key(self) -> tuple[dict[Any, Any], Any] | None:
+        """``(memo, variant)``: this header's memo, shared by the files that repeat its bytes, and
+        what else the last :meth:`attrs` read (the values from the global heap); None when
+        attributes were read from outside the header (dense storage)."""
+        v = getattr(self, "variant", None)
+        return None if v is None else (self.hdr.memo, v)
 
     def _attr_items(self, skip: frozenset[str]) -> tuple[list[tuple[str, Any, Any]], bool]:
         """((name, value, None) or (name, None, (type, space, data)) for a value in the global
@@ -218,19 +228,19 @@ class NativeNode:
         fill = (np.frombuffer(raw, t.dtype, 1) if raw is not None else np.zeros(1, t.dtype))[0]
         return shape, maxshape, t.dtype, filters, fill
 
-    def chunk_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def chunk_index(self, grid: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(flat indices in ``grid``, filter masks, offsets, sizes) of the chunks the B-tree lists."""
         if self._btree == UNDEF:
             z = np.zeros(0, np.int64)
-            return np.zeros((0, len(self.shape)), np.int64), z, z, z
+            return z, z, z, z
         pos, mask, off, size = self.h5.chunk_btree(self._btree, len(self.shape))
         chunks = np.array(self.chunks, np.int64)
-        grid = -(-np.array(self.shape, np.int64) // chunks)
         idx = pos // chunks
-        _need(bool((pos % chunks == 0).all() and (idx < grid).all()), "chunk position")
-        flat = np.ravel_multi_index(tuple(idx.T), tuple(grid.tolist())) if len(pos) else idx[:, 0]
+        _need(bool((pos % chunks == 0).all() and (idx < np.array(grid, np.int64)).all()), "chunk position")
+        flat = np.ravel_multi_index(tuple(idx.T), grid) if len(pos) else idx[:, 0]
         if flat.size > 1 and not bool((flat[1:] > flat[:-1]).all()):  # B-trees list them in order
             _need(len(np.unique(flat)) == len(flat), "chunk listed twice")
-        return pos, mask, off, size
+        return flat, mask, off, size
 
     def deref(self, ref: Any) -> Any:
         return int(ref)
@@ -243,3 +253,12 @@ class NativeNode:
 
     def read_strings(self) -> Any:
         raise NotNative("data read")
+
+
+def _hashable(v: Any) -> Any:
+    """A value read from the global heap (text, arrays of text or references) as a hashable key."""
+    if isinstance(v, np.ndarray):
+        return (v.shape, tuple(v.reshape(-1).tolist()))
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    return v

@@ -19,6 +19,7 @@ from ..errors import InvalidReferences, Unsupported
 from ..inline import InlineBytes
 from ..keys import ChunkGrid, checked_grid
 from ..model import ReferenceSet
+from ..producer import metadata_bytes
 from ..tables import INLINE, RANGE, ChunkTable, sparse_grid
 
 __all__ = ["SetWriter", "json_value", "json_attrs", "fill_json", "dtype_json", "cannot", "split_rows"]
@@ -124,6 +125,12 @@ def split_rows(shape: tuple[int, ...], itemsize: int, limit: int | None) -> int:
     return best
 
 
+#: Metadata texts of arrays kept per header memo (a product's variables: a few; more means the
+#: attributes vary file by file, and keeping them would only grow).
+_MEMO_ARRAYS = 64
+_ZGROUP = b'{"zarr_format":2}'  # as metadata_bytes writes {"zarr_format": 2}
+
+
 class SetWriter:
     """Collects a scan's groups and arrays, then builds the set: each array's chunk table is made
     from its columns directly (dense, one URL), only the metadata goes through the checked path."""
@@ -131,7 +138,7 @@ class SetWriter:
     def __init__(self, url: str, inline_threshold: int) -> None:
         self.url = url
         self.inline_threshold = inline_threshold
-        self.metadata: dict[str, Any] = {".zgroup": {"zarr_format": 2}}
+        self.metadata: dict[str, Any] = {".zgroup": _ZGROUP}
         # per array: grid, kind, offset, length (flat, zero where not a range), inline flats and bytes
         self.arrays: dict[str, tuple[ChunkGrid, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray],
                                      list[bytes]]] = {}
@@ -140,7 +147,7 @@ class SetWriter:
     def group(self, path: str, attrs: Mapping[str, Any]) -> None:
         pre = f"{path}/" if path else ""
         if path:
-            self.metadata[f"{pre}.zgroup"] = {"zarr_format": 2}
+            self.metadata[f"{pre}.zgroup"] = _ZGROUP
         if attrs:
             self.metadata[f"{pre}.zattrs"] = dict(attrs)
 
@@ -158,25 +165,50 @@ class SetWriter:
         offset: np.ndarray | None = None,
         length: np.ndarray | None = None,
         inline: Mapping[int, bytes] | None = None,
+        memo: tuple[dict[Any, Any], Any] | None = None,
     ) -> None:
         """One array: ``offset``/``length`` shaped like the chunk grid (``length == 0``: absent) into
-        the scanned file; ``inline``: flat chunk index -> the chunk's stored bytes."""
-        self.metadata[f"{path}/.zarray"] = {
+        the scanned file; ``inline``: flat chunk index -> the chunk's stored bytes. ``memo``:
+        ``(store, variant)``: the metadata text is kept in ``store`` and reused for the same path,
+        dims, shape, chunks, dtype, filters and fill value: the caller's promise is that ``attrs``
+        are then the same too (``store`` is the memo of a header's bytes, ``variant`` what else
+        the attributes were read from)."""
+        fill = fill_json(fill_value, dtype)
+        key = None
+        if memo is not None:
+            store = memo[0].setdefault("zarr", {})
+            key = (path, tuple(dims), memo[1], tuple(shape), tuple(chunks), dtype, repr(filters), repr(fill))
+            got = store.get(key)
+            if got is not None:
+                self.metadata[f"{path}/.zarray"], self.metadata[f"{path}/.zattrs"], grid = got
+                return self._columns(path, grid, offset, length, inline)
+        zarray = {
             "chunks": list(chunks),
             "compressor": None,
             "dimension_separator": ".",
             "dtype": dtype_json(dtype),
-            "fill_value": fill_json(fill_value, dtype),
+            "fill_value": fill,
             "filters": filters or None,
             "order": "C",
             "shape": list(shape),
             "zarr_format": 2,
         }
-        self.metadata[f"{path}/.zattrs"] = {**attrs, "_ARRAY_DIMENSIONS": list(dims)}
+        zattrs = {**attrs, "_ARRAY_DIMENSIONS": list(dims)}
         grid = checked_grid([int(x) for x in shape], [int(x) for x in chunks], ".", "", 2)
         if grid is None:
             raise InvalidReferences(f"arrays[{json.dumps(path)}]: no chunk grid: shape {list(shape)} "
                                     f"and chunks {list(chunks)} do not describe a regular grid")
+        if key is not None and len(store) < _MEMO_ARRAYS:
+            zarray_b = metadata_bytes(zarray, f"metadata[{json.dumps(path + '/.zarray')}]")
+            zattrs_b = metadata_bytes(zattrs, f"metadata[{json.dumps(path + '/.zattrs')}]")
+            store[key] = (zarray_b, zattrs_b, grid)
+            self.metadata[f"{path}/.zarray"], self.metadata[f"{path}/.zattrs"] = zarray_b, zattrs_b
+        else:
+            self.metadata[f"{path}/.zarray"], self.metadata[f"{path}/.zattrs"] = zarray, zattrs
+        self._columns(path, grid, offset, length, inline)
+
+    def _columns(self, path: str, grid: ChunkGrid, offset: np.ndarray | None, length: np.ndarray | None,
+                 inline: Mapping[int, bytes] | None) -> None:
         n = grid.nchunks
         if offset is None or length is None:
             off = ln = np.zeros(n, np.int64)

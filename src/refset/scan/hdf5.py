@@ -205,6 +205,7 @@ class _Scanner:
         dt = ds.dtype
         _check_dtype(dt, path)
         attrs = _attrs(self.raw(ds), path)
+        memo = ds.memo_key()
         if ds.external:
             raise cannot(path, "its data is in external files (HDF5 external storage)")
         layout = ds.layout
@@ -222,13 +223,13 @@ class _Scanner:
         if layout == "compact":
             return self.read_whole(ds, path, shape, zdt, fill, attrs, dims, None)
         if layout == "contiguous":
-            return self.contiguous(ds, path, shape, zdt, fill, attrs, dims)
+            return self.contiguous(ds, path, shape, zdt, fill, attrs, dims, memo)
         if layout == "chunked":
-            return self.chunked(ds, path, shape, zdt, fill, attrs, dims)
+            return self.chunked(ds, path, shape, zdt, fill, attrs, dims, memo)
         raise cannot(path, f"unknown HDF5 layout {layout}")
 
     def contiguous(self, ds: Any, path: str, shape: tuple[int, ...], dt: np.dtype, fill: Any,
-                   attrs: dict[str, Any], dims: list[str]) -> None:
+                   attrs: dict[str, Any], dims: list[str], memo: Any) -> None:
         offset = ds.offset
         nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         if offset is None or nbytes == 0:  # never written: every value is the fill value
@@ -240,7 +241,7 @@ class _Scanner:
             inline = self.fill_chunks(ds, path, fill, np.arange(int(np.prod(grid))), chunks, dt, filters)
             self.out.array(path, shape=shape, chunks=chunks, dtype=dt,
                            fill_value=fill if inline else _fill_or_default(fill, ds),
-                           filters=filters, attrs=attrs, dims=dims, inline=inline)
+                           filters=filters, attrs=attrs, dims=dims, inline=inline, memo=memo)
             return
         rows = split_rows(shape, dt.itemsize, self.subchunk)
         chunks = (rows, *shape[1:]) if shape else ()
@@ -250,39 +251,34 @@ class _Scanner:
         grid = (n, *([1] * (len(shape) - 1))) if shape else ()
         self.out.array(path, shape=shape, chunks=chunks, dtype=dt, fill_value=fill, filters=None,
                        attrs=attrs, dims=dims, offset=offs.reshape(grid),
-                       length=np.full(grid, step, np.int64))
+                       length=np.full(grid, step, np.int64), memo=memo)
 
     def chunked(self, ds: Any, path: str, shape: tuple[int, ...], dt: np.dtype, fill: Any,
-                attrs: dict[str, Any], dims: list[str]) -> None:
+                attrs: dict[str, Any], dims: list[str], memo: Any) -> None:
         chunks = tuple(int(c) for c in ds.chunks)
         filters, inexact = hdf5_filters(ds.filters, dt, path)
         if inexact:
             return self.read_whole(ds, path, shape, dt, fill, attrs, dims, chunks, why=inexact)
         grid = tuple(-(-s // c) for s, c in zip(shape, chunks))
-        pos, mask_c, off_c, len_c = ds.chunk_index()
-        offset = np.zeros(grid, np.int64)
-        length = np.zeros(grid, np.int64)
+        flat, mask_c, off_c, len_c = ds.chunk_index(grid)
+        n = int(np.prod(grid, dtype=np.int64))
+        offset = np.zeros(n, np.int64)
+        length = np.zeros(n, np.int64)
         inline: dict[int, bytes] = {}
-        if len(off_c):
-            cols = np.empty((len(off_c), 3), np.int64)
-            cols[:, 0], cols[:, 1], cols[:, 2] = mask_c, off_c, len_c
-            idx = pos // np.array(chunks, np.int64)
-            inside = (idx < np.array(grid, np.int64)).all(axis=1)
-            flat = np.ravel_multi_index(tuple(idx[inside].T), grid)
-            cols = cols[inside]
-            offset.reshape(-1)[flat] = cols[:, 1]
-            length.reshape(-1)[flat] = cols[:, 2]
-            masked = np.flatnonzero(cols[:, 0] != 0)
+        if flat.size:
+            offset[flat] = off_c
+            length[flat] = len_c
+            masked = np.flatnonzero(mask_c)
             if masked.size:  # a filter was skipped for these chunks: re-encode what h5py reads
                 inline = self.reencode(ds, path, flat[masked], grid, chunks, dt, filters)
-        missing = np.flatnonzero(length.reshape(-1) == 0)
+        missing = np.flatnonzero(length == 0)
         if missing.size:
             filled = self.fill_chunks(ds, path, fill, missing, chunks, dt, filters)
             inline.update(filled)
             if not filled:
                 fill = _fill_or_default(fill, ds)
         self.out.array(path, shape=shape, chunks=chunks, dtype=dt, fill_value=fill, filters=filters,
-                       attrs=attrs, dims=dims, offset=offset, length=length, inline=inline)
+                       attrs=attrs, dims=dims, offset=offset, length=length, inline=inline, memo=memo)
 
     def fill_chunks(self, ds: Any, path: str, fill: Any, flats: np.ndarray, chunks: tuple[int, ...],
                     dt: np.dtype, filters: list[dict[str, Any]]) -> dict[int, bytes]:
@@ -468,8 +464,9 @@ class _H5Node:
                         name.decode(errors="replace") if name else ""))
         return out
 
-    def chunk_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(positions n x rank, filter masks, byte offsets, sizes) of the stored chunks."""
+    def chunk_index(self, grid: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(flat indices in ``grid``, filter masks, byte offsets, sizes) of the stored chunks (a
+        chunk outside the grid, which HDF5 keeps after a dataset shrinks, is left out)."""
         pos_l: list[tuple[int, ...]] = []
         mask_l: list[int] = []
         off_l: list[int] = []
@@ -483,9 +480,17 @@ class _H5Node:
             n(s.size)
 
         self.obj.id.chunk_iter(one)
-        rank = len(self.obj.shape)
+        rank = len(grid)
         pos = np.fromiter((i for t in pos_l for i in t), np.int64, len(pos_l) * rank).reshape(len(pos_l), rank)
-        return (pos, np.array(mask_l, np.int64), np.array(off_l, np.int64), np.array(len_l, np.int64))
+        idx = pos // np.array(self.obj.chunks, np.int64)
+        inside = (idx < np.array(grid, np.int64)).all(axis=1)
+        flat = np.ravel_multi_index(tuple(idx[inside].T), grid) if inside.any() else np.zeros(0, np.int64)
+        return (flat, np.array(mask_l, np.int64)[inside], np.array(off_l, np.int64)[inside],
+                np.array(len_l, np.int64)[inside])
+
+    def memo_key(self) -> None:
+        """Files read through h5py keep nothing for the next (see ``NativeNode.memo_key``)."""
+        return None
 
     def deref(self, ref: Any) -> Any:
         import h5py
