@@ -288,7 +288,8 @@ def test_writer_text_is_the_dict_encoded(monkeypatch, tmp_path: Path, block: int
     """The column-wise writer spells every reference as the Version 0 dict does: paths and URLs that
     need JSON escapes, inline text, inline binary, inline text that starts with "base64:", whole
     files, sparse and scalar arrays, and references written in several blocks; ASCII told from
-    binary per value (an empty value, a high byte only at a value's end)."""
+    binary per value (an empty value, a high byte only at a value's end), and "base64:" looked for
+    in the value only (not in the bytes of the next one)."""
     import msgspec
 
     from refset.formats import _json_v0
@@ -304,6 +305,11 @@ def test_writer_text_is_the_dict_encoded(monkeypatch, tmp_path: Path, block: int
         'we"ird\\ é/1.1': "text with \"quotes\" and \\ and \t",
         'we"ird\\ é/2.0': "",
         'we"ird\\ é/2.1': "base64:" + base64.b64encode(b"abc\x80").decode(),
+        "p/.zarray": zarray([4], [1]),  # short text values: the one after completes "base64:"
+        "p/0": "base",
+        "p/1": "64:xyz",
+        "p/2": "",
+        "p/3": "base64:" + base64.b64encode(b"base64:x").decode(),
         "s/.zarray": zarray([], []),
         "s/0": "base64:" + base64.b64encode(b"base64:not really").decode(),
         "big/.zarray": zarray([10**6], [1]),

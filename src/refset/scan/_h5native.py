@@ -27,10 +27,15 @@ def open_native(f: Any, size: int, start: int, group: str | None) -> NativeNode:
     return node
 
 
+#: Heap data (variable-length attribute records) above which a dataset's metadata is not kept.
+_MEMO_HEAP_BYTES = 1024
+
+
 class NativeNode:
     def __init__(self, h5: m.H5File, addr: int) -> None:
         self.h5, self.key = h5, addr
         self.hdr = h5.header(addr)
+        self.variant: tuple[Any, ...] | None = None  # set by attrs()
         self.is_group = any(t in (0x02, 0x06, 0x11) for t, *_ in self.hdr.msgs)
         self.is_dataset = self.hdr.find(0x08) is not None
         _need(self.is_group != self.is_dataset, "neither group nor dataset")
@@ -85,22 +90,26 @@ class NativeNode:
         items = got[0]
         out: dict[str, Any] = {}
         read: list[Any] = []
+        size = 0
         for name, value, msg in items:
             if msg is not None:  # variable-length data, read from this file's global heap
                 value = self._value(name, *msg)
-                read.append((name, _hashable(value)))
+                key = _hashable(value)
+                read.append((name, key))
+                size += len(repr(key)) if size <= _MEMO_HEAP_BYTES else 0
             elif isinstance(value, np.ndarray):
                 value = value.copy()
             out[name] = value
-        self.variant = None if got[1] else tuple(read)
+        # what memo_key() offers: attributes read from the header alone, and a few heap values
+        self.variant = None if got[1] or size > _MEMO_HEAP_BYTES else tuple(read)
         return out
 
     def memo_key(self) -> tuple[dict[Any, Any], Any] | None:
         """``(memo, variant)``: this header's memo, shared by the files that repeat its bytes, and
-        what else the last :meth:`attrs` read (the values from the global heap); None when
-        attributes were read from outside the header (dense storage)."""
-        v = getattr(self, "variant", None)
-        return None if v is None else (self.hdr.memo, v)
+        what else the last :meth:`attrs` read (the values from the global heap); None before
+        :meth:`attrs`, and when attributes were read from outside the header (dense storage) or
+        their heap values are large (keeping them would cost more memory than it saves time)."""
+        return None if self.variant is None else (self.hdr.memo, self.variant)
 
     def _attr_items(self, skip: frozenset[str]) -> tuple[list[tuple[str, Any, Any]], bool]:
         """((name, value, None) or (name, None, (type, space, data)) for a value in the global

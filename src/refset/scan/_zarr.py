@@ -125,9 +125,9 @@ def split_rows(shape: tuple[int, ...], itemsize: int, limit: int | None) -> int:
     return best
 
 
-#: Metadata texts of arrays kept per header memo (a product's variables: a few; more means the
-#: attributes vary file by file, and keeping them would only grow).
-_MEMO_ARRAYS = 64
+#: Metadata texts kept per header memo: one object header's variable, in the versions its files
+#: give (more means attribute values that change file by file: the store starts over).
+_MEMO_ARRAYS = 8
 _ZGROUP = b'{"zarr_format":2}'  # as metadata_bytes writes {"zarr_format": 2}
 
 
@@ -181,7 +181,8 @@ class SetWriter:
             got = store.get(key)
             if got is not None:
                 self.metadata[f"{path}/.zarray"], self.metadata[f"{path}/.zattrs"], grid = got
-                return self._columns(path, grid, offset, length, inline)
+                self._columns(path, grid, offset, length, inline)
+                return
         zarray = {
             "chunks": list(chunks),
             "compressor": None,
@@ -198,7 +199,9 @@ class SetWriter:
         if grid is None:
             raise InvalidReferences(f"arrays[{json.dumps(path)}]: no chunk grid: shape {list(shape)} "
                                     f"and chunks {list(chunks)} do not describe a regular grid")
-        if key is not None and len(store) < _MEMO_ARRAYS:
+        if key is not None:
+            if len(store) >= _MEMO_ARRAYS:
+                store.clear()
             zarray_b = metadata_bytes(zarray, f"metadata[{json.dumps(path + '/.zarray')}]")
             zattrs_b = metadata_bytes(zattrs, f"metadata[{json.dumps(path + '/.zattrs')}]")
             store[key] = (zarray_b, zattrs_b, grid)

@@ -229,7 +229,7 @@ class _Scanner:
         raise cannot(path, f"unknown HDF5 layout {layout}")
 
     def contiguous(self, ds: Any, path: str, shape: tuple[int, ...], dt: np.dtype, fill: Any,
-                   attrs: dict[str, Any], dims: list[str], memo: Any) -> None:
+                   attrs: dict[str, Any], dims: list[str], memo: tuple[dict[Any, Any], Any] | None) -> None:
         offset = ds.offset
         nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         if offset is None or nbytes == 0:  # never written: every value is the fill value
@@ -254,7 +254,7 @@ class _Scanner:
                        length=np.full(grid, step, np.int64), memo=memo)
 
     def chunked(self, ds: Any, path: str, shape: tuple[int, ...], dt: np.dtype, fill: Any,
-                attrs: dict[str, Any], dims: list[str], memo: Any) -> None:
+                attrs: dict[str, Any], dims: list[str], memo: tuple[dict[Any, Any], Any] | None) -> None:
         chunks = tuple(int(c) for c in ds.chunks)
         filters, inexact = hdf5_filters(ds.filters, dt, path)
         if inexact:
