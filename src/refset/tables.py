@@ -37,7 +37,6 @@ __all__ = [
     "min_uint",
     "encode_inline",
     "v0_value",
-    "inline_as_text",
     "sparse_grid",
 ]
 
@@ -89,14 +88,10 @@ def _compact_dtype(a: np.ndarray, floor: type = np.uint32) -> np.dtype:
 _UINT_END = {1: 1 << 8, 2: 1 << 16, 4: 1 << 32, 8: 1 << 64}
 
 
-def inline_as_text(data: bytes) -> bool:
-    """Whether Version 0 spells inline ``data`` as its text (ASCII, not looking like base64)."""
-    return data.isascii() and not data.startswith(b"base64:")
-
-
 def encode_inline(data: bytes) -> str:
-    """Version 0 spelling of inline data: the text when it is ASCII, else ``base64:...``."""
-    if inline_as_text(data):
+    """Version 0 spelling of inline data: the text when it is ASCII (and does not start with
+    ``base64:``), else ``base64:...``."""
+    if data.isascii() and not data.startswith(b"base64:"):
         return data.decode("ascii")
     return "base64:" + base64.b64encode(data).decode("ascii")
 

@@ -266,7 +266,7 @@ class Header:
     """An object header's messages: ``msgs`` a list of (type, flags, creation order, body).
 
     Files of one product repeat their headers byte for byte, but for the addresses of their data:
-    a parsed header is kept as a template (:func:`_template`) for the next file whose header at the
+    a parsed header is kept as a template (:func:`read_header`) for the next file whose header at the
     same address reads the same bytes outside those addresses (and checksums, which are checked).
     ``memo`` holds what readers derived from the template's messages alone.
     """

@@ -199,15 +199,13 @@ class SetWriter:
         if grid is None:
             raise InvalidReferences(f"arrays[{json.dumps(path)}]: no chunk grid: shape {list(shape)} "
                                     f"and chunks {list(chunks)} do not describe a regular grid")
+        texts = tuple(metadata_bytes(doc, f"metadata[{json.dumps(f'{path}/{name}')}]")
+                      for name, doc in ((".zarray", zarray), (".zattrs", zattrs)))
         if key is not None:
             if len(store) >= _MEMO_ARRAYS:
                 store.clear()
-            zarray_b = metadata_bytes(zarray, f"metadata[{json.dumps(path + '/.zarray')}]")
-            zattrs_b = metadata_bytes(zattrs, f"metadata[{json.dumps(path + '/.zattrs')}]")
-            store[key] = (zarray_b, zattrs_b, grid)
-            self.metadata[f"{path}/.zarray"], self.metadata[f"{path}/.zattrs"] = zarray_b, zattrs_b
-        else:
-            self.metadata[f"{path}/.zarray"], self.metadata[f"{path}/.zattrs"] = zarray, zattrs
+            store[key] = (*texts, grid)
+        self.metadata[f"{path}/.zarray"], self.metadata[f"{path}/.zattrs"] = texts
         self._columns(path, grid, offset, length, inline)
 
     def _columns(self, path: str, grid: ChunkGrid, offset: np.ndarray | None, length: np.ndarray | None,
