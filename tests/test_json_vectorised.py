@@ -104,6 +104,30 @@ def test_inline_chunks_whole_files_and_odd_keys():
     _check(text)
 
 
+def test_inline_chunks_all_base64_interleaved_arrays():
+    """Every inline chunk base64 (the reader then takes their lengths from the text): values of every
+    padding, empty ones included, two arrays whose members interleave, must read as the generic
+    parser reads them; one value that is not strict base64 sends the batch the value-by-value way."""
+    d = _doc(n_files=5)
+    rng = np.random.default_rng(3)
+    for v in ("p", "q"):
+        d[f"{v}/.zarray"] = zarray([2000], [1], sep=".")
+    raw = {}
+    for i in range(2000):
+        for v in ("q", "p"):  # q's members first, then p's: the arrays' rows interleave
+            raw[f"{v}/{i}"] = rng.integers(0, 256, int(rng.integers(0, 9)), dtype=np.uint8).tobytes()
+            d[f"{v}/{i}"] = "base64:" + base64.b64encode(raw[f"{v}/{i}"]).decode()
+    text = json.dumps(d).encode()
+    rs = _check(text)
+    assert all(rs[k] == b for k, b in raw.items())
+    assert any(not b for b in raw.values()) and {len(b) % 3 for b in raw.values()} == {0, 1, 2}
+    d["p/7"] = "plain"  # one inline value that is text: lengths taken from the values themselves
+    assert _check(json.dumps(d).encode())["p/7"] == b"plain"
+    d["p/7"] = "base64:AAA"  # not strict base64: the generic parser's meaning (an error) decides
+    with pytest.raises(InvalidReferences, match="p/7"):
+        refset.load(json.dumps(d).encode())
+
+
 def test_many_inline_chunks_route_as_key_by_key():
     """Thousands of inline chunks (a combine of small files): their keys are parsed per array in one
     vectorised pass, which must find what the key-by-key route finds, odd keys included; strings

@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import InvalidReferences
 
-__all__ = ["InlineBytes", "concat_inline", "positions_in"]
+__all__ = ["InlineBytes", "concat_inline", "offsets_of", "positions_in"]
 
 #: Values longer than this on average are copied by slicing rather than by a numpy index per byte.
 _SLICE_MEAN = 64
@@ -44,7 +44,8 @@ def positions_in(ascending: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.where(ok, pos, -1)
 
 
-def _offsets(lens: np.ndarray) -> np.ndarray:
+def offsets_of(lens: np.ndarray) -> np.ndarray:
+    """Offsets (one more than ``lens``, from 0) of values of lengths ``lens`` end to end."""
     out = np.zeros(lens.size + 1, np.int64)
     np.cumsum(lens, out=out[1:])
     return out
@@ -52,7 +53,7 @@ def _offsets(lens: np.ndarray) -> np.ndarray:
 
 def gather(data: bytes, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, bytes]:
     """The segments ``data[starts[i]:starts[i] + lens[i]]`` end to end: ``(offsets, buffer)``."""
-    offsets = _offsets(lens)
+    offsets = offsets_of(lens)
     total = int(offsets[-1])
     if total == 0:
         return offsets, b""
@@ -147,11 +148,12 @@ class InlineBytes(Mapping[int, bytes]):
         if not all(type(v) is bytes for v in values):
             values = [_as_bytes(v) for v in values]
         lens = np.fromiter(map(len, values), np.int64, len(values))
-        return cls._ordered(flat, _offsets(lens), b"".join(values))
+        return cls.from_buffer(flat, offsets_of(lens), b"".join(values))
 
     @classmethod
-    def _ordered(cls, flat: np.ndarray, offsets: np.ndarray, data: bytes) -> InlineBytes:
-        """Columns whose ``flat`` may be in any order or repeat (the last repeat wins)."""
+    def from_buffer(cls, flat: np.ndarray, offsets: np.ndarray, data: bytes) -> InlineBytes:
+        """Values end to end in ``data`` (``offsets`` rising from 0 to its length, unchecked) at flat
+        indices ``flat``, in any order (a later repeat of an index wins)."""
         if flat.size and int(flat.min()) < 0:
             raise InvalidReferences(f"inline chunks: {int(flat.min())} is not a flat chunk index")
         if flat.size < 2 or bool((flat[1:] > flat[:-1]).all()):
@@ -255,7 +257,7 @@ class InlineBytes(Mapping[int, bytes]):
 
     def moved(self, flat: np.ndarray) -> InlineBytes:
         """The same values at new flat indices (``flat[i]`` for value ``i``; any order, no repeats)."""
-        return InlineBytes._ordered(np.asarray(flat, np.int64), self.offsets, self.data)
+        return InlineBytes.from_buffer(np.asarray(flat, np.int64), self.offsets, self.data)
 
     def __reduce__(self) -> tuple[object, ...]:
         return (InlineBytes._trusted, (self.flat, self.offsets, self.data))
@@ -303,4 +305,4 @@ def concat_inline(parts: Sequence[InlineBytes], flats: Sequence[np.ndarray]) -> 
     shift = np.repeat(np.concatenate(([0], np.cumsum(sizes)[:-1])), [p.flat.size for p, _ in parts_f])
     starts = np.concatenate([p.offsets[:-1] for p, _ in parts_f]) + shift
     offsets = np.append(starts, sizes.sum())
-    return InlineBytes._ordered(flat, offsets, b"".join(p.data for p, _ in parts_f))
+    return InlineBytes.from_buffer(flat, offsets, b"".join(p.data for p, _ in parts_f))

@@ -14,7 +14,7 @@ import numpy as np
 from .._threads import parallel_map
 from ..builder import Builder, route
 from ..errors import InvalidReferences
-from ..inline import InlineBytes
+from ..inline import InlineBytes, offsets_of
 from ..keys import KeyRouter, split_metadata_key
 from ..tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref
 from ._json import collect, decode_json
@@ -529,7 +529,7 @@ _BASE64 = word(b"base64:")
 def base64_many(doc: Doc, s: np.ndarray, e: np.ndarray) -> list[bytes | None]:
     """:func:`base64_bytes` of the string values at ``[s, e)``: strict base64 decoded straight from
     the text (one short-lived view at a time), None for anything else."""
-    fast = np.flatnonzero(e - s > 7)  # the 8-byte word at s lies inside the text
+    fast = np.flatnonzero(e - s >= 7)  # the 8-byte word at s lies inside the text (to the quote)
     fast = fast[(doc.W[s[fast]] & LOW8[7]) == _BASE64]
     mv, a2b = memoryview(doc.data), binascii.a2b_base64
     xs, ys = (s[fast] + 7).tolist(), e[fast].tolist()
@@ -543,6 +543,17 @@ def base64_many(doc: Doc, s: np.ndarray, e: np.ndarray) -> list[bytes | None]:
     for j, v in zip(fast.tolist(), got, strict=True):
         out[j] = v
     return out
+
+
+def _base64_lengths(a: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Decoded lengths of the ``base64:`` values at ``[s, e)`` of the text ``a`` that decoded in
+    strict mode (a multiple of 4 characters, padding only at the end)."""
+    n = e - s - 7
+    pad = np.zeros(n.size, np.int64)
+    some = np.flatnonzero(n > 0)
+    end = e[some]
+    pad[some] = (a[end - 1] == 61).astype(np.int64) + (a[end - 2] == 61)  # 61: "="
+    return n // 4 * 3 - pad
 
 
 def _inline(value: str, key: str, problems: list[str]) -> bytes:
@@ -583,15 +594,30 @@ def _string_members(doc: Doc, members: np.ndarray, b: Builder) -> dict[str, tupl
         add(key, value(i))
     inline: dict[str, tuple[np.ndarray, InlineBytes]] = {}
     if rows.size:
-        raws = base64_many(doc, vs[rows], ve[rows])
-        for r in [r for r, x in enumerate(raws) if x is None]:  # inline text that is not base64
-            raws[r] = value(int(rows[r]), base64=False)
-        order = np.argsort(aid, kind="stable")  # rows grouped by array, in member order within one
-        bounds = np.searchsorted(aid[order], np.arange(len(names) + 1))
+        rs, re_ = vs[rows], ve[rows]
+        raws = base64_many(doc, rs, re_)
+        if None in raws:
+            for r in [r for r, x in enumerate(raws) if x is None]:  # inline text that is not base64
+                raws[r] = value(int(rows[r]), base64=False)
+            lens = np.fromiter(map(len, raws), np.int64, len(raws))
+        else:
+            lens = _base64_lengths(a, rs, re_)
+        del rs, re_
+        # rows grouped by array, in member order within one (a writer's order already is)
+        if aid.size < 2 or bool((aid[1:] >= aid[:-1]).all()):
+            order = np.arange(aid.size)
+        else:
+            order = np.argsort(aid, kind="stable")
+            raws = [raws[r] for r in order.tolist()]
+            lens = lens[order]
+        buf, offsets = b"".join(raws), offsets_of(lens)
+        del raws
+        bounds = np.searchsorted(aid[order], np.arange(len(names) + 1)).tolist()
         for j, name in enumerate(names):
-            sel = order[bounds[j]:bounds[j + 1]]
-            f = flat[sel]
-            inline[name] = (f, InlineBytes.from_values(f, [raws[r] for r in sel.tolist()]))
+            lo, hi = bounds[j], bounds[j + 1]
+            f = flat[order[lo:hi]]
+            o = offsets[lo:hi + 1]
+            inline[name] = (f, InlineBytes.from_buffer(f, o - o[0], buf[int(o[0]):int(o[-1])]))
             _add_inline(b, name, *inline[name])
     if problems:
         raise Fallback
