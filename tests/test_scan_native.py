@@ -6,6 +6,7 @@ Corrupted metadata never gives a different set: the native reader falls back (or
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -327,6 +328,35 @@ def test_metadata_checksum_matches_libhdf5s_on_every_tail_length() -> None:
     for n in [*range(1, 40), 4096, 4097]:
         data = os.urandom(n)
         assert m.lookup3(data) == c(data) == m.checksum(data), n
+
+
+def test_local_scan_imports_neither_fsspec_nor_h5py(tmp_path: Path) -> None:
+    """A local NetCDF4 file read natively needs neither fsspec nor h5py: a fresh process (a Dask
+    worker's first task) does not pay their imports (~0.1 s and ~20 ms); the checksum comes from
+    libhdf5 all the same. A path with ``~`` names the file by its absolute path."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    home.mkdir()
+    _daily_file(home / "day.nc", 1)
+    code = (
+        "import json, sys, refset\n"
+        "from refset.scan import hdf5, _h5meta\n"
+        "rs = refset.scan('~/day.nc')\n"
+        "print(json.dumps([hdf5.native_fallbacks, _h5meta._checksum in (None, _h5meta.lookup3),\n"
+        "                  sorted(m for m in ('fsspec', 'h5py') if m in sys.modules),\n"
+        "                  sorted({rs.urls[0]})]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "HOME": str(home)}, cwd=tmp_path)
+    fallbacks, pure_checksum, imported, urls = json.loads(out.stdout)
+    assert fallbacks == 0 and not pure_checksum
+    assert imported == []
+    assert urls == [str(home / "day.nc")]
+    rs = refset.scan(home / "day.nc")
+    assert refset.open_dataset(rs)["a"].values.tolist() == refset.open_dataset(
+        refset.scan(os.path.relpath(home / "day.nc")))["a"].values.tolist()
 
 
 def test_reference_attributes_other_than_dimension_list_fall_back(tmp_path: Path) -> None:

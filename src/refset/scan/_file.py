@@ -29,7 +29,8 @@ def _protocols(fs: Any) -> set[str]:
 
 
 def is_local(fs: Any) -> bool:
-    return fs.protocol in ("file", ("file", "local"))
+    """Whether ``fs`` is the local filesystem (None: a local file opened without fsspec)."""
+    return fs is None or fs.protocol in ("file", ("file", "local"))
 
 
 class ScanFile:
