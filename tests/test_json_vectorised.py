@@ -121,6 +121,11 @@ def test_inline_chunks_all_base64_interleaved_arrays():
     rs = _check(text)
     assert all(rs[k] == b for k, b in raw.items())
     assert any(not b for b in raw.values()) and {len(b) % 3 for b in raw.values()} == {0, 1, 2}
+    for k, extra in (("q/3", "AAAA="), ("q/4", "AAAA=="), ("p/9", "AAAA====")):  # strict mode takes
+        d[k] = "base64:" + extra  # "=" after a complete quad (3 bytes): lengths from the values
+        raw[k] = b"\0\0\0"
+    rs = _check(json.dumps(d).encode())
+    assert all(rs[k] == b for k, b in raw.items())
     d["p/7"] = "plain"  # one inline value that is text: lengths taken from the values themselves
     assert _check(json.dumps(d).encode())["p/7"] == b"plain"
     d["p/7"] = "base64:AAA"  # not strict base64: the generic parser's meaning (an error) decides

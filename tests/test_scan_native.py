@@ -359,6 +359,31 @@ def test_local_scan_imports_neither_fsspec_nor_h5py(tmp_path: Path) -> None:
         refset.scan(os.path.relpath(home / "day.nc")))["a"].values.tolist()
 
 
+def test_local_paths_chained_urls_and_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paths as fsspec takes them: ``~`` expanded by scan, combine and load alike; a chained URL
+    (``simplecache::/...``) scanned through fsspec and named as given; a directory refused by name,
+    with storage options too."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for day in (1, 2):
+        _daily_file(tmp_path / f"day{day}.nc", day)
+    rs = refset.combine(["~/day1.nc", "~/day2.nc"], concat_dims="time")
+    assert set(rs.urls) == {str(tmp_path / "day1.nc"), str(tmp_path / "day2.nc")}
+    refset.save(rs, tmp_path / "both.json")
+    again = refset.load("~/both.json")
+    assert again.to_dict() == rs.to_dict()
+    assert refset.open_dataset(again)["a"].shape == (2, 6, 10)
+    chained = f"simplecache::{tmp_path / 'day1.nc'}"  # read through fsspec, named as given (as
+    got = refset.scan(chained).to_dict()  # kerchunk does), the same references as the plain path's
+    plain = refset.scan(tmp_path / "day1.nc").to_dict()
+    assert got.keys() == plain.keys()
+    assert all(got[k] == (v if not isinstance(v, list) else [chained, *v[1:]]) for k, v in plain.items())
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / ".zgroup").write_text('{"zarr_format": 2}')
+    for so in (None, {"auto_mkdir": False}):
+        with pytest.raises(refset.errors.Unsupported, match="is a zarr store"):
+            refset.scan(tmp_path / "store", storage_options=so)
+
+
 def test_reference_attributes_other_than_dimension_list_fall_back(tmp_path: Path) -> None:
     """h5py gives reference objects for them, not the addresses the file holds."""
     p = tmp_path / "refs.h5"

@@ -231,10 +231,11 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
 
 def _is_data_file(url: str, so: Mapping[str, Any]) -> bool:
     """NetCDF/HDF5 by magic bytes (an HDF5 user block too)."""
+    from ..formats._io import is_local, local_path
     from ..formats.registry import data_format, file_reader, is_data_file, starts_like_refs
 
-    local = url.removeprefix("file://") if not so and ("://" not in url or url.startswith("file://")) else None
-    if local is not None:  # the common case, without fsspec's per-call cost
+    if is_local(url, so):  # the common case, without fsspec's per-call cost
+        local = local_path(url)
         if os.path.isdir(local):
             return False
         with open(local, "rb") as fh:

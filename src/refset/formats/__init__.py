@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from ..errors import InvalidReferences, Unsupported
 from ..model import ReferenceSet, check_bounds
+from ._local import is_local, local_path
 from .registry import FORMATS, by_name, detect, detect_with_head, for_dest
 
 __all__ = ["load", "save", "detect_format", "Format", "FORMATS"]
@@ -64,8 +65,8 @@ def load(
         rs = ReferenceSet(json_source([bytes(source)], **options))
     elif isinstance(source, str | os.PathLike):
         path = os.fspath(source)
-        if "://" not in path and not storage_options:
-            path = os.path.abspath(path)  # reopened elsewhere (a Dask worker) from any directory
+        if is_local(path, storage_options) and not path.startswith("file://"):
+            path = os.path.abspath(local_path(path))  # reopened elsewhere (a Dask worker) from any directory
         spec, head = detect_with_head(path, storage_options)
         src = spec.read(path, storage_options=storage_options, head=head, **options)
         kwargs = dict(options)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import InvalidReferences
 from ..limits import LIMITS
+from ._local import is_local, local_path
 from .registry import GZIP_MAGIC, ZSTD_MAGIC
 
 __all__ = ["read_bytes", "write_bytes", "decompress", "compress", "file_mode", "is_local", "local_path",
@@ -120,15 +121,6 @@ def compress(data: bytes, dest: str) -> bytes:
 
         return zstandard.ZstdCompressor(level=9, write_checksum=True).compress(data)
     return data
-
-
-def is_local(path: str, storage_options: object = None) -> bool:
-    """Whether ``path`` is a plain local path (or ``file://`` URL) with no storage options."""
-    return ("://" not in path or path.startswith("file://")) and not storage_options
-
-
-def local_path(path: str) -> str:
-    return path[len("file://") :] if path.startswith("file://") else path
 
 
 def _umask() -> int:

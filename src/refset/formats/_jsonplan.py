@@ -545,14 +545,19 @@ def base64_many(doc: Doc, s: np.ndarray, e: np.ndarray) -> list[bytes | None]:
     return out
 
 
-def _base64_lengths(a: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Decoded lengths of the ``base64:`` values at ``[s, e)`` of the text ``a`` that decoded in
-    strict mode (a multiple of 4 characters, padding only at the end)."""
+def _base64_lengths(a: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
+    """Decoded lengths of the ``base64:`` values at ``[s, e)`` of the text ``a``, which decoded in
+    strict mode, from their lengths and padding; None unless every value is whole quads with at most
+    two ``=`` (strict mode also takes ``=`` after a complete quad: ``AAAA=`` is 3 bytes)."""
     n = e - s - 7
+    if bool((n % 4).any()):
+        return None
     pad = np.zeros(n.size, np.int64)
     some = np.flatnonzero(n > 0)
     end = e[some]
-    pad[some] = (a[end - 1] == 61).astype(np.int64) + (a[end - 2] == 61)  # 61: "="
+    if bool((a[end - 3] == 61).any()):  # 61: "="; a third "=" from the end: extra padding
+        return None
+    pad[some] = (a[end - 1] == 61).astype(np.int64) + (a[end - 2] == 61)
     return n // 4 * 3 - pad
 
 
@@ -596,12 +601,11 @@ def _string_members(doc: Doc, members: np.ndarray, b: Builder) -> dict[str, tupl
     if rows.size:
         rs, re_ = vs[rows], ve[rows]
         raws = base64_many(doc, rs, re_)
-        if None in raws:
+        lens = None if None in raws else _base64_lengths(a, rs, re_)
+        if lens is None:
             for r in [r for r, x in enumerate(raws) if x is None]:  # inline text that is not base64
                 raws[r] = value(int(rows[r]), base64=False)
             lens = np.fromiter(map(len, raws), np.int64, len(raws))
-        else:
-            lens = _base64_lengths(a, rs, re_)
         del rs, re_
         # rows grouped by array, in member order within one (a writer's order already is)
         if aid.size < 2 or bool((aid[1:] >= aid[:-1]).all()):

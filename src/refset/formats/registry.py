@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidOption, InvalidReferences, Unsupported
+from ._local import is_local, local_path
 
 __all__ = ["Option", "FormatSpec", "FORMATS", "by_name", "for_dest", "detect", "looks_like_refs",
            "detect_with_head", "HEAD_SIZE", "PACKED_MAGIC", "GZIP_MAGIC", "ZSTD_MAGIC", "COMPRESSION_SUFFIXES",
@@ -319,11 +320,7 @@ def looks_like_refs(name: str) -> bool:
 
 
 def _local(source: str, storage_options: Mapping[str, Any] | None) -> str | None:
-    if storage_options:
-        return None
-    if source.startswith("file://"):
-        return source[len("file://"):]
-    return None if "://" in source else source
+    return local_path(source) if is_local(source, storage_options) else None
 
 
 HEAD_SIZE = 1 << 16  # bytes read to detect a remote format; the reader starts from them

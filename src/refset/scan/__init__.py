@@ -83,7 +83,7 @@ def detect_format(f: Any, size: int) -> tuple[str, int]:
 
 def _local(url: str) -> str:
     """The absolute path of a local path or ``file://`` URL (what references to it name)."""
-    return os.path.abspath(os.path.expanduser(local_path(url)))
+    return os.path.abspath(local_path(url))
 
 
 def scan(
@@ -125,10 +125,12 @@ def scan(
                          f"format options are {', '.join(sorted(_OPTIONS))}")
     if subchunk is not None and subchunk <= 0:
         raise ValueError(f"subchunk: must be a positive number of bytes, got {subchunk}")
-    if fs is None and os.path.isdir(path):
-        from fsspec.implementations.local import LocalFileSystem
+    if is_local(fs) and os.path.isdir(path):
+        if fs is None:
+            from fsspec.implementations.local import LocalFileSystem
 
-        _refuse_directory(LocalFileSystem(), path, url)
+            fs = LocalFileSystem()
+        _refuse_directory(fs, path, url)
     try:
         sf = ScanFile(fs, path, head_bytes)
     except OSError:

@@ -1,0 +1,18 @@
+"""Which URLs are plain local files (read with ``open``, no fsspec), and their paths."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["is_local", "local_path"]
+
+
+def is_local(path: str, storage_options: object = None) -> bool:
+    """Whether ``path`` is a plain local path (or ``file://`` URL) with no storage options (a
+    chained URL such as ``simplecache::/data/a.nc`` is fsspec's)."""
+    return (("://" not in path and "::" not in path) or path.startswith("file://")) and not storage_options
+
+
+def local_path(path: str) -> str:
+    """The file path of a local path or ``file://`` URL, ``~`` expanded (as fsspec does)."""
+    return os.path.expanduser(path[len("file://") :] if path.startswith("file://") else path)
