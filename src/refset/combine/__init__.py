@@ -231,7 +231,7 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
 
 def _is_data_file(url: str, so: Mapping[str, Any]) -> bool:
     """NetCDF/HDF5 by magic bytes (an HDF5 user block too)."""
-    from ..formats._io import is_local, local_path
+    from ..formats._local import is_local, local_path
     from ..formats.registry import data_format, file_reader, is_data_file, starts_like_refs
 
     if is_local(url, so):  # the common case, without fsspec's per-call cost

@@ -13,11 +13,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import Unsupported
-from ..formats._io import is_local as is_local_path
-from ..formats._io import local_path
+from ..formats._local import is_local, local_path
 from ..formats.registry import ZARR_STORE_FILES, data_format, file_reader, starts_like_refs
 from ..model import ReferenceSet
-from ._file import HEAD_BYTES, ScanFile, is_local
+from ._file import HEAD_BYTES, ScanFile, is_local_fs
 
 __all__ = ["scan", "INLINE_THRESHOLD", "detect_format", "UnusedDropWarning"]
 
@@ -81,11 +80,6 @@ def detect_format(f: Any, size: int) -> tuple[str, int]:
     return found
 
 
-def _local(url: str) -> str:
-    """The absolute path of a local path or ``file://`` URL (what references to it name)."""
-    return os.path.abspath(local_path(url))
-
-
 def scan(
     url: str | os.PathLike[str],
     *,
@@ -110,8 +104,8 @@ def scan(
     """
     url = os.fspath(url)
     so = dict(storage_options or {})
-    if is_local_path(url, so):  # opened directly: no fsspec import (~0.1 s in each Dask worker)
-        fs, path = None, _local(url)
+    if is_local(url, so):  # opened directly: no fsspec import (~0.1 s in each Dask worker)
+        fs, path = None, os.path.abspath(local_path(url))
     else:
         import fsspec
 
@@ -125,7 +119,7 @@ def scan(
                          f"format options are {', '.join(sorted(_OPTIONS))}")
     if subchunk is not None and subchunk <= 0:
         raise ValueError(f"subchunk: must be a positive number of bytes, got {subchunk}")
-    if is_local(fs) and os.path.isdir(path):
+    if is_local_fs(fs) and os.path.isdir(path):
         if fs is None:
             from fsspec.implementations.local import LocalFileSystem
 
@@ -134,10 +128,10 @@ def scan(
     try:
         sf = ScanFile(fs, path, head_bytes)
     except OSError:
-        if not is_local(fs) and fs.isdir(path):  # asked only when the file cannot be opened: a request
+        if not is_local_fs(fs) and fs.isdir(path):  # asked only when the file cannot be opened: a request
             _refuse_directory(fs, path, url)
         raise
-    ref = path if is_local(fs) else url  # what the references name: local files by absolute path
+    ref = path if is_local_fs(fs) else url  # what the references name: local files by absolute path
     with sf:
         f = sf.file
         try:

@@ -13,7 +13,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ScanFile", "HEAD_BYTES", "is_local"]
+__all__ = ["ScanFile", "HEAD_BYTES", "is_local_fs"]
 
 #: Bytes of a remote file read by the first GET (fsspec's HTTP files read ahead 5 MB the same way).
 HEAD_BYTES = 4 * 2**20
@@ -28,7 +28,7 @@ def _protocols(fs: Any) -> set[str]:
     return {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
 
 
-def is_local(fs: Any) -> bool:
+def is_local_fs(fs: Any) -> bool:
     """Whether ``fs`` is the local filesystem (None: a local file opened without fsspec)."""
     return fs is None or fs.protocol in ("file", ("file", "local"))
 
@@ -41,7 +41,7 @@ class ScanFile:
         self.fs, self.path = fs, path
         self.head = b""
         self._tail_file: Any = None
-        if is_local(fs):
+        if is_local_fs(fs):
             self.file: Any = open(path, "rb")
             self.size = self.file.seek(0, io.SEEK_END)
             self.file.seek(0)
@@ -68,7 +68,7 @@ class ScanFile:
         one concurrent round of requests; a short read raises ``OSError``."""
         out: list[Any] = [None] * len(offsets)
         far = []
-        local, head = is_local(self.fs), len(self.head)
+        local, head = is_local_fs(self.fs), len(self.head)
         for i, (o, n) in enumerate(zip(offsets, lengths)):
             if o + n <= head:
                 out[i] = self.head[o:o + n]
