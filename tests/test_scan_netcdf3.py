@@ -221,6 +221,45 @@ def test_fsspec_and_xarray_read_our_output(tmp_path: Path) -> None:
     xr.testing.assert_identical(peer[names].drop_attrs(), want[names].drop_attrs())
 
 
+def test_float_fill_values_on_integer_variables(tmp_path: Path) -> None:
+    """NetCDF3 writers other than netCDF-C (scipy; ERA-Interim's ``eraint_uvz.nc``) give integer
+    variables a float ``_FillValue``. xarray drops NaN (no integer equals it), masks an integral value,
+    and masks nothing for 1e20 but decodes to floats. Before, NaN was cast to a fill value of 0, and
+    every stored 0 read as NaN."""
+    scipy_io = pytest.importorskip("scipy.io")
+    p = tmp_path / "fills.nc"
+    with scipy_io.netcdf_file(p, "w") as f:
+        f.createDimension("x", 5)
+        for name, code, fill, extra in (("nan16", "h", np.float32(np.nan), {}),
+                                        ("big16", "h", np.float64(1e20), {}),
+                                        ("packed", "h", np.float64(1e20), {"scale_factor": np.float64(0.5)}),
+                                        ("int32", "i", np.float64(-999.0), {}),
+                                        ("frac", "b", np.float64(0.5), {})):
+            v = f.createVariable(name, code, ("x",))
+            v[:] = [0, 1, 2, -999 if code == "i" else -1, 4]
+            v._FillValue = fill
+            for k, x in extra.items():
+                setattr(v, k, x)
+    rs = scan(p)
+    assert meta(rs, "nan16/.zarray")["fill_value"] is None and "_FillValue" not in meta(rs, "nan16/.zattrs")
+    assert meta(rs, "big16/.zarray")["fill_value"] is None and meta(rs, "big16/.zattrs")["_FillValue"] == 1e20
+    assert meta(rs, "int32/.zarray")["fill_value"] == -999
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = xr.open_dataset(p, engine="scipy").load()
+        got = refset.open_dataset(rs).load()
+        fsspec = pytest.importorskip("fsspec")
+        peer = xr.open_dataset(fsspec.get_mapper("reference://", fo=rs.to_dict()), engine="zarr",
+                               consolidated=False, zarr_format=2).load()
+    for name in ("nan16", "big16", "int32", "frac"):
+        for ds in (got, peer):
+            assert ds[name].dtype == want[name].dtype, name
+            np.testing.assert_array_equal(ds[name].values, want[name].values, err_msg=name)
+    assert got["nan16"].values[0] == 0 and got["int32"].isnull().sum() == 1
+    # xarray decodes float32 attributes to float32; JSON keeps no attribute dtype (docs/compat.md)
+    np.testing.assert_array_equal(got["packed"].values, want["packed"].values.astype(got["packed"].dtype))
+
+
 @pytest.mark.parametrize("fmt", ["NETCDF3_CLASSIC", "NETCDF3_64BIT_OFFSET"])
 def test_chunk_references_equal_kerchunks(tmp_path: Path, fmt: str) -> None:
     """kerchunk's NetCDF3ToZarr (scipy's header reader) references the same byte ranges."""

@@ -22,7 +22,8 @@ from ..model import ReferenceSet
 from ..producer import metadata_bytes
 from ..tables import INLINE, RANGE, ChunkTable, sparse_grid
 
-__all__ = ["SetWriter", "json_value", "json_attrs", "fill_json", "dtype_json", "cannot", "split_rows"]
+__all__ = ["SetWriter", "json_value", "json_attrs", "fill_json", "zarr_fill", "dtype_json", "cannot",
+           "split_rows"]
 
 
 def cannot(variable: str, reason: str) -> Unsupported:
@@ -93,6 +94,28 @@ def fill_json(value: Any, dtype: np.dtype) -> Any:
     if dtype.kind == "U":
         return str(v)
     return int(v)
+
+
+def zarr_fill(value: Any, dtype: np.dtype) -> tuple[Any, Any]:
+    """``(fill value for .zarray, _FillValue to keep in .zattrs or None)`` for a netCDF ``_FillValue``.
+
+    An integer variable whose ``_FillValue`` is a float (NetCDF3 writers other than netCDF-C allow it)
+    keeps its meaning for xarray: an integral value in range is the fill; NaN is none (xarray drops
+    it: no integer equals it, so casting it would have made every stored 0 a fill); any other value
+    (1e20, 0.5) masks nothing but makes xarray decode to floats, so it stays an attribute beside a
+    null zarr fill value."""
+    if value is None or dtype.kind not in "iu":
+        return value, None
+    v = np.asarray(value).reshape(-1)[0] if np.ndim(value) else value
+    if isinstance(v, np.floating | float):
+        f = float(v)
+        if math.isnan(f):
+            return None, None
+        info = np.iinfo(dtype)
+        if not (math.isfinite(f) and f.is_integer() and info.min <= f <= info.max):
+            return None, f
+        return int(f), None
+    return value, None
 
 
 def dtype_json(dtype: np.dtype) -> Any:
@@ -173,6 +196,9 @@ class SetWriter:
         dims, shape, chunks, dtype, filters and fill value: the caller's promise is that ``attrs``
         are then the same too (``store`` is the memo of a header's bytes, ``variant`` what else
         the attributes were read from)."""
+        fill_value, kept = zarr_fill(fill_value, dtype)
+        if kept is not None:
+            attrs = {**attrs, "_FillValue": kept}
         fill = fill_json(fill_value, dtype)
         key = None
         if memo is not None:
