@@ -16,7 +16,7 @@ import pytest
 import refset
 from refset.combine import combine, expand_lists
 from refset.combine._docs import NotBatch, read_documents
-from refset.errors import InvalidReferences
+from refset.errors import InvalidReferences, Unsupported
 
 from .test_combine import _day, _kerchunk, _mf
 
@@ -230,10 +230,14 @@ def test_big_indices_and_metadata_as_references(tmp_path: Path) -> None:
     rs = _same_as_generic(paths, concat_dims="t")
     assert rs["x/2.123456789"] == (str(tmp_path / "x2.bin"), 4, 4)
     attrs = tmp_path / "attrs.json"
+    attrs.write_text(json.dumps({"_ARRAY_DIMENSIONS": ["t", "k"], "long_name": "x"}))
     docs[1]["refs"]["x/.zattrs"] = [str(attrs)]
     paths = _write(tmp_path, docs)
     assert read_documents(paths, {}).meta[1]["x/.zattrs"] == (str(attrs),)
     _same_as_generic(paths, urls=False, concat_dims="t")
+    attrs.write_text(json.dumps({"_ARRAY_DIMENSIONS": ["t", "k"], "scale_factor": 2}))  # read and compared
+    with pytest.raises(Unsupported, match=r"variable 'x': scale_factor 2\.0 in input .* differs from absent"):
+        combine(paths, concat_dims="t")
     docs[1]["refs"]["x/.zarray"] = [str(attrs)]
     with pytest.raises(NotBatch):
         read_documents(_write(tmp_path, docs), {})

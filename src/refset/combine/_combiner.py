@@ -15,11 +15,22 @@ from ..model import ReferenceSet
 from ..producer import metadata_bytes
 from ..tables import INLINE, ChunkTable, KeyTable
 from ._coords import Coordinate
+from ._decoding import (
+    attrs_difference,
+    bounds_parent,
+    calendars_needing_dates,
+    decoding_attrs,
+    decoding_codecs,
+    same_calendar_after_1582,
+    time_encoding,
+)
 from ._inputs import Inputs, Rows, inline_rows
-from ._values import read_arrays, zarray, zattrs
+from ._values import fetched_zattrs, read_arrays, zarray, zattrs
 
 __all__ = ["Combiner"]
 
+#: Values of time variables read to see whether two calendars agree on them (at most).
+_DATES_CHECKED = 1 << 22
 _LAYOUT = ("chunks", "dtype", "compressor", "filters", "fill_value", "order", "dimension_separator")
 
 
@@ -34,6 +45,7 @@ class Combiner:
         self.meta: dict[str, bytes] = {}
         self.tables: dict[str, ChunkTable] = {}
         self.maps: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}  # chunk maps per dim
+        self.parents: dict[str, str] = {}  # variable -> the variable whose bounds it is ("": none)
 
     def build(self) -> ReferenceSet:
         first = self.inputs.meta[0]
@@ -67,6 +79,7 @@ class Combiner:
         for i in have[1:]:
             if inp.meta[i][key] != raw0:  # the same document: the same layout
                 self.same_layout(path, i0, i, meta, axes)
+        self.same_decoding(path, i0, have, dims)
         shape = [len(c.values) for c in gains] + [
             len(self.coord(d).values) if d in axes else s for d, s in zip(dims, meta["shape"])]
         chunks = [1] * len(gains) + list(meta["chunks"])
@@ -105,6 +118,9 @@ class Combiner:
         new_dims = [c.dim for c in gains]
         self.meta[f"{path}/.zarray"] = metadata_bytes({**meta, "shape": shape, "chunks": chunks},
                                                       f"{path}/.zarray")
+        parent = self.parents.get(path)
+        if parent in self.dim_names and "units" not in attrs and self.coord(parent).decoded:
+            attrs = {**attrs, **self.coord(parent).decoded}  # bounds of times now held as datetime64
         self.meta[f"{path}/.zattrs"] = metadata_bytes({**attrs, "_ARRAY_DIMENSIONS": new_dims + dims},
                                                       f"{path}/.zattrs")
 
@@ -172,6 +188,8 @@ class Combiner:
         for field in _LAYOUT:
             if other.get(field) != meta.get(field) and not (
                     field == "fill_value" and _same_nan(other.get(field), meta.get(field))):
+                if field in ("compressor", "filters") and decoding_codecs(other) == decoding_codecs(meta):
+                    continue  # e.g. zlib levels 2 and 6: one decoder
                 raise Unsupported(f"variable {path!r}: {field} {other.get(field)!r} in input "
                                   f"{self.names[i]!r} differs from {meta.get(field)!r} in input "
                                   f"{self.names[i0]!r}")
@@ -180,6 +198,71 @@ class Combiner:
                 other["shape"]) != len(meta["shape"]):
             raise Unsupported(f"variable {path!r}: shape {other['shape']} in input {self.names[i]!r} "
                               f"differs from {meta['shape']} in input {self.names[i0]!r} off the concat dims")
+
+    def same_decoding(self, path: str, i0: int, have: list[int], dims: list[str]) -> None:
+        """Every input's chunks of ``path`` are decoded with the first input's attributes: those that
+        decoding reads (:mod:`._decoding`) must agree, and the dims; refused naming both inputs."""
+        inp = self.inputs
+        key = f"{path}/.zattrs"
+        m0 = inp.meta[i0]
+        parent = self.parent(path, i0)
+        pkey = f"{parent}/.zattrs"
+        raw0, praw0 = m0.get(key), m0.get(pkey) if parent else None
+        want: dict[str, Any] | None = None
+        dated: list[int] = []
+        for i in have[1:]:
+            m = inp.meta[i]
+            if m.get(key) == raw0 and (not parent or m.get(pkey) == praw0):
+                continue  # the same documents
+            if want is None:
+                want = decoding_attrs(self.attrs(i0, path), self.attrs(i0, parent) if parent else None)
+            attrs = self.attrs(i, path)
+            got_dims = list(attrs.get("_ARRAY_DIMENSIONS") or [])
+            if got_dims != dims:
+                raise Unsupported(f"variable {path!r}: dims {got_dims} in input {self.names[i]!r} differ from "
+                                  f"{dims} in input {self.names[i0]!r}")
+            got = decoding_attrs(attrs, self.attrs(i, parent) if parent else None)
+            diff = attrs_difference(want, got)
+            if diff is not None:
+                name, a, b = diff
+                raise Unsupported(
+                    f"variable {path!r}: {name} {_shown(b)} in input {self.names[i]!r} differs from {_shown(a)} "
+                    f"in input {self.names[i0]!r}" + (f" (inherited from {parent!r}, whose bounds it is)"
+                                                       if name in ("units", "calendar") and parent else "")
+                    + ": the combined variable is decoded with one set of attributes (refset does not "
+                    "combine such inputs yet)")
+            if calendars_needing_dates(want, got):
+                dated.append(i)
+        if dated:
+            self.dates_after_1582(path, i0, dated, parent)
+
+    def attrs(self, i: int, path: str) -> dict[str, Any]:
+        """Input ``i``'s attributes of ``path`` (read from the file a reference names, if so)."""
+        return fetched_zattrs(self.inputs.meta[i], path, self.so)
+
+    def parent(self, path: str, i0: int) -> str:
+        """The variable whose ``bounds`` names ``path`` in input ``i0`` ("" when none)."""
+        got = self.parents.get(path)
+        if got is None:
+            m0 = self.inputs.meta[i0]
+            got = self.parents[path] = bounds_parent(m0, path, lambda p: zattrs(m0, p)) or ""
+        return got
+
+    def dates_after_1582(self, path: str, i0: int, which: list[int], parent: str) -> None:
+        """Inputs whose times are ``standard`` where the first's are ``proleptic_gregorian`` (or the
+        reverse) combine when their dates lie on or after 1582-10-15, where the two agree: read and
+        checked (bounds and other time variables are small)."""
+        inp = self.inputs
+        size = sum(int(np.prod(inp.grids[i][path].shape, dtype=np.int64)) for i in which)
+        values = read_arrays(inp, path, which, self.so) if size <= _DATES_CHECKED else None
+        for k, i in enumerate(which):
+            units, cal = time_encoding(zattrs(inp.meta[i], path), zattrs(inp.meta[i], parent) if parent else None)
+            if values is None or not same_calendar_after_1582(values[k], units, cal):
+                raise Unsupported(
+                    f"variable {path!r}: calendar {cal!r} in input {self.names[i]!r} differs from "
+                    f"the calendar of input {self.names[i0]!r}, and its dates "
+                    + ("are too many to check" if values is None else "reach before 1582-10-15")
+                    + ", where the two calendars disagree")
 
     def copy(self, path: str, i0: int, have: list[int], meta: Mapping[str, Any]) -> None:
         """A variable without concat dims: the first input's, checked when it is an identical dim."""
@@ -216,11 +299,11 @@ class Combiner:
                 base = zarray(m, c.dim)
                 break
         n = len(values)
-        from ..scan._zarr import dtype_json, fill_json
+        from ..scan._zarr import dtype_json
 
         self.meta[f"{c.dim}/.zarray"] = metadata_bytes({
             "chunks": [n], "compressor": None, "dtype": dtype_json(values.dtype),
-            "fill_value": fill_json(None, values.dtype) if not base else base.get("fill_value"),
+            "fill_value": base.get("fill_value") if base.get("dtype") == dtype_json(values.dtype) else None,
             "filters": None, "order": "C", "shape": [n], "zarr_format": 2,
         }, f"{c.dim}/.zarray")
         self.meta[f"{c.dim}/.zattrs"] = metadata_bytes({**c.attrs, "_ARRAY_DIMENSIONS": [c.dim]},
@@ -239,6 +322,10 @@ def _table_of(rows: Rows, i: int, grid: ChunkGrid) -> ChunkTable:
     inline = inline_rows(rows, s)
     return ChunkTable.from_entries(grid, flat, rows.kind[s], rows.path_id[s], rows.offset[s], rows.length[s],
                                    inline=inline.moved(flat[inline.flat]))
+
+
+def _shown(v: Any) -> str:
+    return "absent" if v is None else repr(v)
 
 
 def _same_nan(a: Any, b: Any) -> bool:

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidReferences, Unsupported
+from ._decoding import calendar, decoding_attrs, is_time_units, same_calendar_after_1582
 from ._inputs import Inputs
 from ._values import read_arrays, zattrs
 
 __all__ = ["Coordinate", "coordinates", "reencode", "is_cf_time"]
-
-_CALENDARS = {"gregorian": "standard", "365_day": "noleap", "366_day": "all_leap"}
 
 
 @dataclass
@@ -33,6 +32,7 @@ class Coordinate:
     per_input: list[np.ndarray]  # one array per input (length 1 for one-value selectors)
     attrs: dict[str, Any]  # of the coordinate variable (units of the combined encoding)
     new: bool  # the dim is not in the inputs
+    decoded: dict[str, Any] = field(default_factory=dict)  # units/calendar of times cast to datetime64
 
     def __post_init__(self) -> None:
         # every input's values in one array: input i's are flat[starts[i]:starts[i] + sizes[i]]
@@ -75,14 +75,48 @@ def coordinates(
         else:
             _check_lengths(sel, inputs.n, dim)
             per = [np.atleast_1d(np.asarray(_one(sel, i, inputs, dim))) for i in range(inputs.n)]
+        decoded: dict[str, Any] = {}
         if dim in coo_dtypes:
-            per = [p.astype(coo_dtypes[dim]) for p in per]
+            per, cast = _cast(per, coo_dtypes[dim], attrs, dim)
+            decoded = {k: v for k, v in attrs.items() if k not in cast}
+            attrs = cast
         per = [p.astype(str) if p.dtype.kind == "O" and all(isinstance(x, str) for x in p) else p for p in per]
         values = np.unique(np.concatenate(per))
         if len(dims) == 1 and values.size != sum(p.size for p in per):
             _duplicate(per, names, dim)  # with several dims, inputs share values: see the placement check
-        out.append(Coordinate(dim, values, per, attrs, new))
+        out.append(Coordinate(dim, values, per, attrs, new, decoded))
     return out
+
+
+def _cast(per: list[np.ndarray], dtype: Any, attrs: dict[str, Any], dim: str,
+          ) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """``coo_dtypes[dim]`` applied: CF times cast to datetime64 are decoded with their units and
+    calendar (as xarray does; a plain cast would read "days since 2024-01-01" 1 as 1970-01-01T00:00:01),
+    and the coordinate then carries no ``units``/``calendar``."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise InvalidReferences(f"coo_dtypes[{dim!r}]: {dtype!r} is not a numpy dtype ({e})") from None
+    if dt.kind != "M" or not is_cf_time(attrs) or all(p.dtype.kind == "M" for p in per):
+        try:
+            return [p.astype(dt) for p in per], attrs
+        except (TypeError, ValueError, OverflowError) as e:
+            raise InvalidReferences(f"coo_dtypes[{dim!r}]: the values of {dim!r} do not cast to {dt} ({e})"
+                                    ) from None
+    import cftime
+
+    units, cal = attrs["units"], calendar(attrs)
+    out = []
+    for p in per:
+        try:
+            dates = cftime.num2date(p, units, cal, only_use_cftime_datetimes=False,
+                                    only_use_python_datetimes=True)
+        except (ValueError, OverflowError) as e:
+            raise Unsupported(f"coo_dtypes[{dim!r}]={dt}: the times of {dim!r} in units {units!r}, calendar "
+                              f"{cal!r} are not dates numpy's datetime64 holds ({e}); leave them CF-encoded"
+                              ) from None
+        out.append(np.asarray(dates, dtype="M8[us]").reshape(-1).astype(dt))
+    return out, {k: v for k, v in attrs.items() if k not in ("units", "calendar")}
 
 
 def _has_dim(meta: Mapping[str, Any], grids: Mapping[str, Any], dim: str) -> bool:
@@ -163,6 +197,7 @@ def _data(inputs: Inputs, dim: str, var: str, cf: bool | None,
     is_time = is_cf_time(first)
     if cf is None:
         cf = is_time
+    _same_packing(attrs, names, var, dim)
     if not cf:
         return raw, keep
     if not is_time:
@@ -171,37 +206,58 @@ def _data(inputs: Inputs, dim: str, var: str, cf: bool | None,
     return reencode(raw, attrs, first, names, dim, var), keep
 
 
+def _same_packing(attrs: Sequence[Mapping[str, Any]], names: Sequence[str], var: str, dim: str) -> None:
+    """The coordinate's values are kept as stored, with the first input's attributes: the CF attributes
+    they decode with (but times' ``units``/``calendar``, which are re-encoded) must agree."""
+    def packing(a: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in decoding_attrs(a).items() if k not in ("units", "calendar")}
+
+    want = packing(attrs[0])
+    for a, name in zip(attrs[1:], names[1:]):
+        if a is attrs[0]:
+            continue
+        got = packing(a)
+        if got != want:
+            field = next(k for k in sorted(set(got) | set(want)) if got.get(k) != want.get(k))
+            raise Unsupported(f"concat dim {dim!r}: {field} {got.get(field)!r} of {var!r} in input {name!r} "
+                              f"differs from {want.get(field)!r} in input {names[0]!r}: its values would be "
+                              "decoded with the first input's")
+
+
 def is_cf_time(attrs: Mapping[str, Any]) -> bool:
-    u = attrs.get("units")
-    return isinstance(u, str) and " since " in u
-
-
-def calendar(attrs: Mapping[str, Any]) -> str:
-    c = attrs.get("calendar", "standard")
-    return _CALENDARS.get(c, c)
+    return is_time_units(attrs.get("units"))
 
 
 def reencode(raw: Sequence[np.ndarray], attrs: Sequence[Mapping[str, Any]], first: Mapping[str, Any],
              names: Sequence[str], dim: str, var: str) -> list[np.ndarray]:
-    """CF times of each input (``raw[i]`` in ``attrs[i]``'s units) in ``first``'s units; different
-    calendars are refused."""
+    """CF times of each input (``raw[i]`` in ``attrs[i]``'s units) in ``first``'s units. Different
+    calendars are refused, but for ``standard`` and ``proleptic_gregorian`` on dates from 1582-10-15
+    on, where they agree (xarray writes the one, many archives the other)."""
     units = [a.get("units") for a in attrs]
     cal = [calendar(a) for a in attrs]
     units0, cal0 = first.get("units"), calendar(first)
-    if all(u == units0 for u in units) and all(c == cal0 for c in cal):
-        return list(raw)
-    for c, name in zip(cal, names):
-        if c != cal0:
+    for r, u, c, name in zip(raw, units, cal, names):
+        if not is_time_units(u):
+            raise Unsupported(f"concat dim {dim!r}: input {name!r}: {var!r} has units {u!r}, not CF "
+                              "time units like the first input's")
+        if c != cal0 and not ({c, cal0} <= {"standard", "proleptic_gregorian"}
+                              and same_calendar_after_1582(r, u, c)):
             raise Unsupported(f"concat dim {dim!r}: input {name!r} uses calendar {c!r}, the first "
-                              f"input {cal0!r}: dates of different calendars cannot share one time axis")
+                              f"input {cal0!r}: dates of different calendars cannot share one time axis"
+                              + (" (these two agree only from 1582-10-15 on)"
+                                 if {c, cal0} <= {"standard", "proleptic_gregorian"} else ""))
+    if all(u == units0 for u in units):
+        return list(raw)
     import cftime
 
     out = []
-    for r, u, name in zip(raw, units, names):
-        if not isinstance(u, str) or " since " not in u:
-            raise Unsupported(f"concat dim {dim!r}: input {name!r}: {var!r} has units {u!r}, not CF "
-                              "time units like the first input's")
-        dates = cftime.num2date(r, u, cal0)
+    for r, u, c in zip(raw, units, cal):
+        if u == units0:
+            out.append(np.asarray(r, np.float64).reshape(-1))
+            continue
+        # dates of the other calendar of the pair are real dates after 1582: decoded as such
+        dates = cftime.num2date(r, u, c, only_use_cftime_datetimes=c == cal0,
+                                only_use_python_datetimes=c != cal0)
         out.append(np.asarray(cftime.date2num(dates, units0, cal0)).reshape(-1))
     dtype = raw[0].dtype
     if dtype.kind in "iu" and all(np.array_equal(o, np.round(o)) for o in out):

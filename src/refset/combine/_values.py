@@ -22,7 +22,7 @@ from ..tables import INLINE, RANGE, WHOLE
 if TYPE_CHECKING:
     from ._inputs import Inputs
 
-__all__ = ["read_arrays", "zarray", "zattrs", "fill_of"]
+__all__ = ["read_arrays", "zarray", "zattrs", "fetched_zattrs", "fill_of"]
 
 
 def zarray(rs: Mapping[str, Any], path: str) -> dict[str, Any]:
@@ -43,6 +43,17 @@ def zattrs(rs: Mapping[str, Any], path: str) -> dict[str, Any]:
     key = f"{path}/.zattrs" if path else ".zattrs"
     raw = rs.get(key)
     return {} if raw is None else _json(raw, key)
+
+
+def fetched_zattrs(rs: Mapping[str, Any], path: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`zattrs`, also when the document is a reference to a file (read from it)."""
+    key = f"{path}/.zattrs" if path else ".zattrs"
+    raw = rs.get(key)
+    if isinstance(raw, tuple):
+        url, *span = raw
+        raw = _fetch([(url, span[0], span[0] + span[1]) if span else (url, 0, -1)], storage_options)[0]
+        return _json(bytes(raw), key)
+    return zattrs(rs, path)
 
 
 def _json(raw: Any, key: str) -> dict[str, Any]:

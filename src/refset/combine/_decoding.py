@@ -1,0 +1,175 @@
+"""What decoding a variable's stored values needs, compared between the inputs of a combine.
+
+A combined variable has one ``.zarray`` and one ``.zattrs``: every input's chunks are decoded with them.
+So inputs may differ where decoding does not look (a zlib level, a ``history`` attribute, ``gregorian``
+for ``standard``) and must agree where it does: the codecs' decoding parameters, and the CF attributes
+xarray decodes with (packing, fill and missing values, valid ranges, ``_Unsigned``, ``_Encoding``, and
+the ``units``/``calendar`` of times, also those a bounds variable inherits from its parent). A difference
+there is refused naming the variable, the field and both inputs, never decoded with the first input's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["CF_DECODING", "decoding_codecs", "decoding_attrs", "time_encoding", "attrs_difference", "calendar",
+           "calendars_needing_dates", "same_calendar_after_1582", "bounds_parent", "is_time_units"]
+
+#: CF attributes xarray decodes stored values with (besides the ``units``/``calendar`` of times).
+CF_DECODING = ("scale_factor", "add_offset", "_FillValue", "missing_value", "valid_min", "valid_max",
+               "valid_range", "_Unsigned", "_Encoding")
+
+#: Codec parameters that only the encoder uses: the decoder reads what it needs from the stream.
+_ENCODE_ONLY: Mapping[str, frozenset[str]] = {
+    "zlib": frozenset({"level"}),
+    "gzip": frozenset({"level"}),
+    "bz2": frozenset({"level"}),
+    "zstd": frozenset({"level", "checksum"}),
+    "lz4": frozenset({"acceleration"}),
+    "blosc": frozenset({"cname", "clevel", "shuffle", "blocksize", "typesize", "nthreads"}),
+    "lzma": frozenset({"preset"}),
+}
+
+_CALENDARS = {"gregorian": "standard", "365_day": "noleap", "366_day": "all_leap"}
+#: The calendars that agree on every date from 1582-10-15 on.
+_AGREE_AFTER_1582 = frozenset({"standard", "proleptic_gregorian"})
+
+
+def decoding_codecs(meta: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The ``filters`` and ``compressor`` of a ``.zarray`` as their decoders need them, in the order
+    they are applied when encoding (a compressor is the last filter: zarr decodes it first)."""
+    specs = [*(meta.get("filters") or []), meta.get("compressor")]
+    return tuple(_codec(s) for s in specs if s is not None)
+
+
+def _codec(spec: Any) -> Any:
+    if not isinstance(spec, Mapping):
+        return _frozen(spec)
+    drop = _ENCODE_ONLY.get(str(spec.get("id")), frozenset())
+    return _frozen({k: v for k, v in spec.items() if k not in drop})
+
+
+def _frozen(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return tuple(sorted((str(k), _frozen(x)) for k, x in v.items()))
+    if isinstance(v, list | tuple):
+        return tuple(_frozen(x) for x in v)
+    return v
+
+
+def calendar(attrs: Mapping[str, Any]) -> str:
+    """The CF calendar of ``attrs``, aliases resolved (``standard`` when there is none)."""
+    c = attrs.get("calendar", "standard")
+    c = c.lower() if isinstance(c, str) else c
+    return _CALENDARS.get(c, c)
+
+
+def is_time_units(units: Any) -> bool:
+    return isinstance(units, str) and " since " in units
+
+
+def decoding_attrs(attrs: Mapping[str, Any], parent: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The attributes of ``attrs`` that decoding its values looks at, normalised for comparison.
+    ``parent``: the attributes of the variable whose ``bounds`` names this one (CF bounds inherit
+    the parent's ``units`` and ``calendar`` where they have none, and xarray decodes them so)."""
+    out = {k: _value(attrs[k]) for k in CF_DECODING if k in attrs}
+    if "_Unsigned" in out and isinstance(out["_Unsigned"], str):
+        out["_Unsigned"] = out["_Unsigned"].lower()
+    units, cal = time_encoding(attrs, parent)
+    if is_time_units(units):
+        out["units"] = " ".join(str(units).split())
+        out["calendar"] = cal
+    return out
+
+
+def time_encoding(attrs: Mapping[str, Any], parent: Mapping[str, Any] | None = None) -> tuple[Any, str]:
+    """``(units, calendar)`` a variable's values decode with: each inherited from ``parent`` (the
+    variable it is the bounds of) where the variable has none, as xarray does."""
+    timed = dict(attrs)
+    for k in ("units", "calendar"):
+        if parent is not None and k not in timed and k in parent:
+            timed[k] = parent[k]
+    return timed.get("units"), calendar(timed)
+
+
+def _value(v: Any) -> Any:
+    """An attribute value for comparison: numbers as floats (NaN equal to NaN, 1 equal to 1.0 and [1]),
+    lists as tuples."""
+    if isinstance(v, list | tuple):
+        vals = tuple(_value(x) for x in v)
+        return vals[0] if len(vals) == 1 else vals
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return v if v not in ("NaN", "nan") else _NAN
+    return _NAN if math.isnan(v) else float(v)
+
+
+class _Nan:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Nan)
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "nan"
+
+
+_NAN = _Nan()
+
+
+def attrs_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first decoding attribute in which ``a`` and ``b`` (from :func:`decoding_attrs`) differ, as
+    ``(name, a's value, b's value)`` (None: absent); a calendar pair that agrees after 1582 is not a
+    difference here (see :func:`same_calendar_after_1582`)."""
+    for name in sorted(set(a) | set(b)):
+        va, vb = a.get(name), b.get(name)
+        if va == vb:
+            continue
+        if name == "calendar" and {va, vb} <= _AGREE_AFTER_1582:
+            continue
+        return name, va, vb
+    return None
+
+
+def calendars_needing_dates(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether ``a`` and ``b`` agree only if the dates lie on or after 1582-10-15."""
+    ca, cb = a.get("calendar"), b.get("calendar")
+    return ca != cb and {ca, cb} <= _AGREE_AFTER_1582
+
+
+def same_calendar_after_1582(values: Sequence[Any], units: str, cal: str) -> bool:
+    """Whether every number of ``values`` (in ``units``, calendar ``cal``) is a date on or after
+    1582-10-15, where ``standard`` and ``proleptic_gregorian`` agree."""
+    import numpy as np
+
+    arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    arr = arr[np.isfinite(arr)]
+    if not arr.size:
+        return True
+    import cftime
+
+    try:
+        first = cftime.num2date(float(arr.min()), units, cal)
+    except (ValueError, OverflowError):
+        return False
+    return bool((first.year, first.month, first.day) >= (1582, 10, 15))
+
+
+def bounds_parent(meta: Mapping[str, Any], path: str, attrs_of: Any) -> str | None:
+    """The path of the variable in ``meta`` whose ``bounds`` attribute names ``path`` (same group),
+    or None. ``attrs_of(path)`` gives a variable's attributes."""
+    group, _, leaf = path.rpartition("/")
+    for key in meta:
+        if not key.endswith("/.zattrs"):
+            continue
+        var = key[: -len("/.zattrs")]
+        if var == path or var.rpartition("/")[0] != group:
+            continue
+        raw = meta[key]
+        if not isinstance(raw, bytes) or b'"bounds"' not in raw:
+            continue
+        if attrs_of(var).get("bounds") == leaf:
+            return var
+    return None
