@@ -329,3 +329,30 @@ def test_identical_dim_in_a_truncated_file_is_not_reachable(tmp_path: Path) -> N
         f.truncate(offset + length - 1)
     with pytest.raises(ReferenceNotReachable, match=re.escape(url)):
         combine(sets, concat_dims="time", identical_dims=["lat"])
+
+
+def test_relative_paths_are_the_clients_on_a_cluster(tmp_path: Path, monkeypatch) -> None:
+    """Relative inputs name files in the caller's working directory, not in a worker's: the workers here
+    run in ``elsewhere/``, which holds other files of the same names (before, the set silently pointed
+    at them; in the CLI too, with ``--scheduler``)."""
+    distributed = pytest.importorskip("distributed")
+    mine, elsewhere = tmp_path / "mine", tmp_path / "elsewhere"
+    mine.mkdir()
+    elsewhere.mkdir()
+    for d, base in ((mine, 0), (elsewhere, 50)):
+        for i in range(2):
+            _day(d / f"day{i}.nc", base + 2 * i)
+    monkeypatch.chdir(elsewhere)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
+        monkeypatch.chdir(mine)
+        rs = combine(["day0.nc", "day1.nc"], concat_dims="time", client=client)
+        assert set(rs.urls) == {str(mine / "day0.nc"), str(mine / "day1.nc")}
+        (mine / "list.txt").write_text("day0.nc\nday1.nc\n")
+        r = _cli("scan", "@list.txt", "--concat-dim", "time", "-o", "out.json", "--scheduler",
+                 cluster.scheduler_address, "--quiet")
+        assert r.returncode == 0, r.stderr
+    got = refset.open_dataset(rs).load()
+    xr.testing.assert_identical(got, refset.open_dataset(str(mine / "out.json")).load())
+    np.testing.assert_array_equal(got.v.values, _mf([mine / "day0.nc", mine / "day1.nc"],
+                                                    concat_dim="time").v.values)

@@ -82,6 +82,7 @@ def combine(
     if client is not None:
         from ._dask import combine_on_cluster
 
+        items = [absolute(x) for x in items]  # the workers' working directory is not ours
         out = combine_on_cluster(client, items, dims=dims, identical=list(identical_dims),
                                  coo_map=dict(coo_map or {}), coo_dtypes=dict(coo_dtypes or {}),
                                  preprocess=preprocess, check=check, so=so, ro=ro, batch=batch_size,
@@ -116,6 +117,15 @@ def _combine(inputs: Inputs, dims: list[str], identical_dims: Sequence[str],
     coords = coordinates(inputs, dims, dict(coo_map or {}), dict(coo_dtypes or {}), ro)
     out = Combiner(inputs, coords, set(identical_dims), check, ro).build()
     return postprocess(out) if postprocess is not None else out
+
+
+def absolute(x: Any) -> Any:
+    """A local path as an absolute path (``~`` expanded) of this process; anything else as it is."""
+    if isinstance(x, str | os.PathLike):
+        path = os.fspath(x)
+        if isinstance(path, str) and "://" not in path and "::" not in path:
+            return os.path.abspath(os.path.expanduser(path))
+    return x
 
 
 @dataclass(frozen=True)
