@@ -6,6 +6,7 @@ a documented error. Real files: the shared corpus and files made here for each l
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -380,6 +381,34 @@ def test_remote_scans_equal_the_local_scan(tmp_path: Path, s3) -> None:
     s3fs.put_file(str(p), "refs/scan/r.h5")
     for head in (2**22, 2**16, 0):
         same(scan("s3://refs/scan/r.h5", storage_options=s3, head_bytes=head), "s3://refs/scan/r.h5")
+
+
+@pytest.mark.parametrize("head", [2**22, 2**12])  # the whole file in one GET; a head, then blocks and ranges
+def test_remote_scan_checks_what_the_server_answers(tmp_path: Path, head: int) -> None:
+    """A server answering ranges one byte late (saying so in Content-Range) gave garbage coordinates:
+    the scan read through fsspec without checking. Now every read is checked as the read path's: a
+    shifted or short answer, or HTTP 500 (after retries), is a ReferenceNotReachable naming the file;
+    a server ignoring Range (200, the whole file) gives the local set."""
+    from refset.errors import ReferenceNotReachable
+
+    from .httpserver import RangeServer
+
+    p = tmp_path / "r.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("v", data=np.arange(20000.0).reshape(200, 100), chunks=(20, 100), compression="gzip")
+        f.create_dataset("late", data=np.arange(7.0), chunks=(2,))  # inline chunks past the head
+        f.attrs["title"] = "x" * 5000  # metadata past a small head
+    local = scan(p)
+    with RangeServer(tmp_path) as srv:
+        url = f"{srv.url}/r.h5"
+        # a file smaller than the head comes whole in the first answer: no range to shift or cut
+        for fault in ("shift", "short", "500") if head < p.stat().st_size else ("500",):
+            srv.fault = fault
+            with pytest.raises(ReferenceNotReachable, match=re.escape(url)):
+                scan(url, head_bytes=head)
+        srv.fault = "ignore"
+        got = scan(url, head_bytes=head)
+        assert refset.rename_urls(got, {url: str(p)}).to_dict() == local.to_dict()
 
 
 def test_not_hdf5_or_netcdf(tmp_path: Path) -> None:

@@ -197,7 +197,7 @@ def _daily_file(path: Path, day: int, n_attrs: int = 0) -> None:
             if name == "a":  # its header: the same bytes every day (the string is in the global heap)
                 v.setncattr_string("comment", f"a of day {day:02d}")
             else:
-                v.valid_max = np.float32(day)
+                v.actual_max = np.float32(day)  # per file, and no attribute decoding reads
             for i in range(n_attrs):
                 v.setncattr(f"extra{i}", i * day)
             v[:] = rng.integers(0, 10 ** (day % 5 + 1), (1, 6, 10)).astype("f4")
@@ -228,7 +228,7 @@ def test_files_of_one_layout_reuse_parsed_headers_exactly(tmp_path: Path, n_attr
     assert [z["history"] for z in zattrs] == ["made on day 01", "made on day 02", "made on day 03"]
     assert [z["date"] for z in zattrs] == ["2020-01-01", "2020-01-02", "2020-01-03"]
     assert [json.loads(s["a/.zattrs"])["comment"] for s in sets] == ["a of day 01", "a of day 02", "a of day 03"]
-    assert [json.loads(s["b/.zattrs"])["valid_max"] for s in sets] == [1.0, 2.0, 3.0]
+    assert [json.loads(s["b/.zattrs"])["actual_max"] for s in sets] == [1.0, 2.0, 3.0]
     # the metadata texts are kept with the headers: one for "time" (the same in every file), one
     # per comment for "a" (read from the global heap), none where attributes are dense (outside
     # the header); day 1 again gets its own comment back

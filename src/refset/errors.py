@@ -58,7 +58,7 @@ class ReferenceNotReachable(RefsetError, OSError):
     def __init__(self, key: str, url: str, reason: str = "") -> None:
         self.key = key
         self.url = url
-        msg = f"cannot read reference {key!r} from {url!r}"
+        msg = f"cannot read reference {key!r} from {url!r}" if key else f"cannot read {url!r}"
         super().__init__(msg + (f": {reason}" if reason else ""))
 
     @classmethod
@@ -71,7 +71,7 @@ class ReferenceNotReachable(RefsetError, OSError):
         return err
 
     def __reduce__(self) -> tuple[object, ...]:
-        reason = str(self).partition(f"from {self.url!r}: ")[2]
+        reason = str(self).partition(f"{self.url!r}: ")[2]
         return (type(self), (self.key, self.url, reason))
 
 

@@ -29,6 +29,8 @@ __all__ = [
     "Targets",
     "ShortRead",
     "RangeReader",
+    "read_range",
+    "read_range_sized",
     "acall",
     "DEFAULT_MAX_GAP",
     "DEFAULT_MAX_BLOCK",
@@ -293,10 +295,17 @@ def check_content_range(url: str, start: int, end: int, status: int, content_ran
     """The bytes ``[start, end)`` of an HTTP answer to ``Range: bytes=start-(end-1)``: a 206 must say
     in ``Content-Range`` that it holds exactly the bytes it carries, starting at ``start``; a 200 (the
     server ignored the range) holds the whole file. Anything else is a ShortRead naming the mismatch."""
+    return checked_range(url, start, end, status, content_range, data)[0]
+
+
+def checked_range(url: str, start: int, end: int, status: int, content_range: str | None,
+                  data: bytes) -> tuple[bytes, int | None]:
+    """:func:`check_content_range` and the file's size when the answer tells it (the total of
+    ``Content-Range``, the length of a 200's whole file)."""
     import re
 
     if status == 200:
-        return data[start:end]
+        return data[start:end], len(data)
     if status != 206:
         raise ShortRead(f"{url}: HTTP {status} to a range request for bytes {start}-{end - 1}")
     m = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", content_range or "")
@@ -304,14 +313,16 @@ def check_content_range(url: str, start: int, end: int, status: int, content_ran
         raise ShortRead(f"{url}: 206 answer to bytes {start}-{end - 1} without a valid Content-Range "
                         f"({content_range!r})")
     a, b = int(m.group(1)), int(m.group(2))
-    if a != start or b < a or b >= end or b - a + 1 != len(data):
+    total = int(m.group(3)) if m.group(3) != "*" else None
+    if a != start or b < a or b >= end or b - a + 1 != len(data) or (total is not None and b >= total):
         raise ShortRead(f"{url}: asked for bytes {start}-{end - 1}, the server answered Content-Range "
                         f"{content_range!r} with {len(data)} bytes")
-    return data
+    return data, total
 
 
-async def _http_range(fs: Any, url: str, start: int, end: int) -> bytes:
-    """fsspec's HTTP range read, with the answer checked against ``Content-Range``."""
+async def _http_range(fs: Any, url: str, start: int, end: int) -> tuple[bytes, int | None]:
+    """fsspec's HTTP range read, with the answer checked against ``Content-Range``; the file's size
+    when the answer tells it."""
     kw = dict(fs.kwargs)
     headers = dict(kw.pop("headers", None) or {})
     headers["Range"] = f"bytes={start}-{end - 1}"
@@ -320,7 +331,7 @@ async def _http_range(fs: Any, url: str, start: int, end: int) -> bytes:
         data = await r.read()
         fs._raise_not_found_for_status(r, url)
         status, content_range = r.status, r.headers.get("Content-Range")
-    return check_content_range(url, start, end, status, content_range, data)
+    return checked_range(url, start, end, status, content_range, data)
 
 
 async def read_range(
@@ -329,18 +340,26 @@ async def read_range(
     """Bytes ``[start, end)`` of ``url`` (None: from the beginning / to the end), retrying transient
     failures and timeouts (``targets.timeout`` per attempt, ``targets.retries`` more attempts, backoff
     0.1 s doubling). Never longer than asked; a shorter answer is left for the caller to judge."""
+    return (await read_range_sized(targets, url, start, end, retries=retries))[0]
+
+
+async def read_range_sized(
+    targets: Targets, url: str, start: int | None, end: int | None, *, retries: int | None = None
+) -> tuple[bytes, int | None]:
+    """:func:`read_range` and the file's size when the answer tells it (HTTP's ``Content-Range``:
+    no HEAD request needed), else None."""
     fs = targets.for_url(url)
     retries = getattr(targets, "retries", RETRIES) if retries is None else retries
     timeout = getattr(targets, "timeout", DEFAULT_TIMEOUT)
     ranged = start is not None and end is not None and 0 <= start < end
     attempt = 0
+    size: int | None = None
     while True:
         try:
             if ranged and _is_http(fs):
-                call = on_loop(fs, _http_range, fs, url, start, end)
+                data, size = await asyncio.wait_for(on_loop(fs, _http_range, fs, url, start, end), timeout)
             else:
-                call = acall(fs, "cat_file", url, start=start, end=end)
-            data = await asyncio.wait_for(call, timeout)
+                data = await asyncio.wait_for(acall(fs, "cat_file", url, start=start, end=end), timeout)
             break
         except Exception as e:
             if isinstance(e, TimeoutError | asyncio.TimeoutError):
@@ -352,7 +371,7 @@ async def read_range(
             await asyncio.sleep(0.05 * 2**attempt)
     if start is not None and end is not None and start >= 0 and end >= 0 and len(data) > end - start:
         raise ShortRead(f"{url}: asked for bytes {start}-{end} ({end - start}), got {len(data)} bytes")
-    return bytes(data) if not isinstance(data, bytes) else data
+    return (bytes(data) if not isinstance(data, bytes) else data), size
 
 
 class RangeReader:

@@ -53,6 +53,13 @@ def _refuse_directory(fs: Any, path: str, url: str) -> None:
     raise Unsupported(f"{url}: {_what_directory(fs, path)}, not a NetCDF/HDF5 file: scan takes data files")
 
 
+def _is_dir(fs: Any, path: str) -> bool:
+    try:
+        return bool(fs.isdir(path))
+    except Exception:  # the server failing again: the first error is the one to report
+        return False
+
+
 def _what_directory(fs: Any, path: str) -> str:
     """What a directory given to scan is: a parquet reference set, a zarr store, or just a directory."""
     if fs.exists(f"{path}/.zmetadata"):
@@ -127,8 +134,8 @@ def scan(
         _refuse_directory(fs, path, url)
     try:
         sf = ScanFile(fs, path, head_bytes)
-    except OSError:
-        if not is_local_fs(fs) and fs.isdir(path):  # asked only when the file cannot be opened: a request
+    except (FileNotFoundError, IsADirectoryError):
+        if not is_local_fs(fs) and _is_dir(fs, path):  # asked only when there is no such file: a request
             _refuse_directory(fs, path, url)
         raise
     ref = path if is_local_fs(fs) else url  # what the references name: local files by absolute path

@@ -1,5 +1,6 @@
 """How a scan reads its file: a local file directly; a remote one with a single GET of its first
-``head_bytes`` (the whole file when it is smaller), then 256 KiB blocks for metadata past them.
+``head_bytes`` (the whole file when it is smaller), then 256 KiB blocks for metadata past them, every
+read through the read path's checked reader (``Content-Range``, lengths, retries, timeouts).
 
 HDF5 metadata is spread through a file (each variable's chunk index is written next to its data),
 so a remote scan that reads blocks on demand pays a round trip for each: 30 of them for a 2 MB
@@ -20,17 +21,50 @@ HEAD_BYTES = 4 * 2**20
 _BLOCK = 256 * 1024
 
 
-# fsspec filesystems whose open() takes the size we already know (else they ask with a HEAD request)
-_TAKES_SIZE = frozenset({"http", "https", "s3", "s3a"})
-
-
-def _protocols(fs: Any) -> set[str]:
-    return {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
-
-
 def is_local_fs(fs: Any) -> bool:
     """Whether ``fs`` is the local filesystem (None: a local file opened without fsspec)."""
     return fs is None or fs.protocol in ("file", ("file", "local"))
+
+
+class _Remote:
+    """Reads of one remote file through the read path's checked reader (:func:`refset.fetch.read_range`:
+    an HTTP answer's ``Content-Range`` must hold exactly the bytes asked for, a longer answer is
+    refused, transient failures are retried, each attempt has a timeout), from sync code."""
+
+    def __init__(self, fs: Any, path: str) -> None:
+        from ..fetch import Targets
+
+        self.path = path
+        self.url = fs.unstrip_protocol(path)
+        self.targets = Targets(fs=fs)
+
+    def _run(self, coro: Any) -> Any:
+        from fsspec.asyn import get_loop, sync
+
+        from ..errors import ReferenceNotReachable
+
+        try:
+            return sync(get_loop(), lambda: coro)
+        except FileNotFoundError:
+            raise
+        except Exception as e:
+            raise ReferenceNotReachable.wrap("", self.url, e) from e
+
+    def read(self, start: int, end: int) -> tuple[bytes, int | None]:
+        """Bytes ``[start, end)`` and the file's size when the answer tells it."""
+        from ..fetch import read_range_sized
+
+        return self._run(read_range_sized(self.targets, self.path, start, end))  # type: ignore[no-any-return]
+
+    def read_many(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes | BaseException]:
+        import numpy as np
+
+        from ..fetch import RangeReader
+
+        n = len(starts)
+        reader = RangeReader(self.targets, max_gap=0)
+        return self._run(reader.read([self.path], np.zeros(n, np.int64), np.asarray(starts, np.int64),  # type: ignore[no-any-return]
+                                     np.asarray(ends, np.int64)))
 
 
 class ScanFile:
@@ -40,32 +74,42 @@ class ScanFile:
     def __init__(self, fs: Any, path: str, head_bytes: int = HEAD_BYTES) -> None:
         self.fs, self.path = fs, path
         self.head = b""
-        self._tail_file: Any = None
+        self._blocks: dict[int, bytes] = {}
         if is_local_fs(fs):
             self.file: Any = open(path, "rb")
             self.size = self.file.seek(0, io.SEEK_END)
             self.file.seek(0)
             return
+        self._remote = _Remote(fs, path)
+        size = None
         if head_bytes > 0:
-            self.head = fs.cat_file(path, start=0, end=head_bytes)
-        if head_bytes > 0 and len(self.head) != head_bytes:  # shorter: the whole file (longer: the
-            self.size = len(self.head)  # server ignored Range and sent the whole file)
+            self.head, size = self._remote.read(0, head_bytes)
+            if size is None and len(self.head) < head_bytes:  # an object store's short answer: its end
+                size = len(self.head)
+        self.size = fs.size(path) if size is None else size  # HTTP tells the size in its answer
+        if len(self.head) == self.size:
             self.file = io.BytesIO(self.head)
         else:
-            self.size = fs.size(path)
-            self.head = self.head[: self.size]
-            self.file = _HeadFile(self.head, self.size, self._tail)
+            self.file = _HeadFile(self.head, self.size, self._block)
 
-    def _tail(self) -> Any:
-        if self._tail_file is None:
-            self._tail_file = self.fs.open(self.path, "rb", cache_type="blockcache", block_size=_BLOCK,
-                                           **({"size": self.size} if _TAKES_SIZE.intersection(
-                                               _protocols(self.fs)) else {}))
-        return self._tail_file
+    def _block(self, i: int) -> bytes:
+        """Block ``i`` (``_BLOCK`` bytes) of a remote file past its first GET, checked, kept."""
+        got = self._blocks.get(i)
+        if got is None:
+            start = i * _BLOCK
+            end = min(start + _BLOCK, self.size)
+            got = self._remote.read(start, end)[0]
+            if len(got) != end - start:
+                from ..errors import ReferenceNotReachable
+
+                raise ReferenceNotReachable("", self._remote.url, f"short read at byte {start} ({len(got)} of "
+                                            f"{end - start} bytes)")
+            self._blocks[i] = got
+        return got
 
     def read_ranges(self, offsets: Sequence[int], lengths: Sequence[int]) -> list[bytes]:
         """The bytes at each (offset, length): from the first GET where they lie in it, the rest in
-        one concurrent round of requests; a short read raises ``OSError``."""
+        one concurrent round of checked requests; a short read raises ``OSError``."""
         out: list[Any] = [None] * len(offsets)
         far = []
         local, head = is_local_fs(self.fs), len(self.head)
@@ -78,11 +122,12 @@ class ScanFile:
             else:
                 far.append(i)
         if far:
-            got = self.fs.cat_ranges([self.path] * len(far), [offsets[i] for i in far],
-                                     [offsets[i] + lengths[i] for i in far])
+            got = self._remote.read_many([offsets[i] for i in far], [offsets[i] + lengths[i] for i in far])
             for i, d in zip(far, got):
                 if isinstance(d, BaseException):
-                    raise d
+                    from ..errors import ReferenceNotReachable
+
+                    raise ReferenceNotReachable.wrap("", self._remote.url, d) from d
                 out[i] = d
         for o, n, d in zip(offsets, lengths, out):
             if len(d) != n:
@@ -91,8 +136,7 @@ class ScanFile:
 
     def close(self) -> None:
         self.file.close()
-        if self._tail_file is not None:
-            self._tail_file.close()
+        self._blocks.clear()
 
     def __enter__(self) -> ScanFile:
         return self
@@ -102,10 +146,11 @@ class ScanFile:
 
 
 class _HeadFile(io.RawIOBase):
-    """A file whose first bytes are in memory and whose rest is read through ``tail()``."""
+    """A file whose first bytes are in memory and whose rest is read a block at a time through
+    ``block(i)`` (bytes ``i * _BLOCK`` to the next block or the end)."""
 
-    def __init__(self, head: bytes, size: int, tail: Any) -> None:
-        self._head, self._size, self._tail, self._pos = memoryview(head), size, tail, 0
+    def __init__(self, head: bytes, size: int, block: Any) -> None:
+        self._head, self._size, self._block, self._pos = memoryview(head), size, block, 0
 
     def readable(self) -> bool:
         return True
@@ -127,10 +172,15 @@ class _HeadFile(io.RawIOBase):
         if end <= len(self._head):
             b[:want] = self._head[self._pos:end]
         else:
-            f = self._tail()
-            f.seek(self._pos)
-            data = f.read(want)
-            want = len(data)
-            b[:want] = data
+            done = 0
+            while done < want:
+                pos = self._pos + done
+                block = self._block(pos // _BLOCK)
+                piece = block[pos % _BLOCK: pos % _BLOCK + want - done]
+                if not piece:
+                    break
+                b[done:done + len(piece)] = piece
+                done += len(piece)
+            want = done
         self._pos += want
         return want
