@@ -356,3 +356,25 @@ def test_relative_paths_are_the_clients_on_a_cluster(tmp_path: Path, monkeypatch
     xr.testing.assert_identical(got, refset.open_dataset(str(mine / "out.json")).load())
     np.testing.assert_array_equal(got.v.values, _mf([mine / "day0.nc", mine / "day1.nc"],
                                                     concat_dim="time").v.values)
+
+
+def test_coordinates_read_over_http_are_checked(tmp_path: Path) -> None:
+    """The coordinate values a combine reads from the data files go through the checked reader: a
+    server that ignores Range (``python -m http.server``: 200 and the whole file) gives the local
+    result (before: ``ValueError: buffer size must be a multiple of element size``); one answering a
+    byte late is a ReferenceNotReachable naming the file, never shifted times."""
+    from refset.errors import ReferenceNotReachable
+
+    from .httpserver import RangeServer
+
+    files = _days(tmp_path, 3)
+    want = combine([refset.scan(f, inline_threshold=0) for f in files], concat_dims="time")
+    with RangeServer(tmp_path) as srv:
+        urls = [f"{srv.url}/{f.name}" for f in files]
+        sets = [refset.scan(u, inline_threshold=0) for u in urls]  # time is a reference, read to combine
+        srv.fault = "ignore"
+        got = combine(sets, concat_dims="time")
+        assert refset.rename_urls(got, {f"{srv.url}/": f"{tmp_path}/"}).to_dict() == want.to_dict()
+        srv.fault = "shift"
+        with pytest.raises(ReferenceNotReachable, match=re.escape(srv.url) + r"/day0\d\.nc.*Content-Range"):
+            combine(sets, concat_dims="time")
