@@ -8,20 +8,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .combine import combine
-from .errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
-from .formats import load, save
-from .formats._templates import TemplateLimits, set_template_limits
-from .keys import ChunkGrid
-from .limits import Limits, set_limits
-from .model import ReferenceSet
-from .scan import scan
-from .tables import ChunkTable, KeyTable, concat_tables, union_urls
-from .transforms import rename_urls
+from refset.combine import combine
+from refset.errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
+from refset.formats import load, save
+from refset.formats._templates import TemplateLimits, set_template_limits
+from refset.keys import ChunkGrid
+from refset.limits import Limits, set_limits
+from refset.model import ReferenceSet
+from refset.scan import scan
+from refset.tables import ChunkTable, KeyTable, concat_tables, union_urls
+from refset.transforms import rename_urls
 
 if TYPE_CHECKING:
-    from .fs import ReferenceFileSystem
-    from .zarr_store import ZarrStore
+    from refset.fs import ReferenceFileSystem
+    from refset.zarr_store import ZarrStore
 
 __version__ = "0.1.0"
 
@@ -53,18 +53,18 @@ __all__ = [
 
 def open_dataset(source: Any, **kwargs: Any) -> Any:
     """Open a reference set as an ``xarray.Dataset`` (see :mod:`refset.xarray_backend`)."""
-    from .xarray_backend import open_dataset as _open
+    from refset.xarray_backend import open_dataset as _open
 
     return _open(source, **kwargs)
 
 
 def __getattr__(name: str) -> Any:
     if name == "ReferenceFileSystem":
-        from .fs import ReferenceFileSystem
+        from refset.fs import ReferenceFileSystem
 
         return ReferenceFileSystem
     if name == "ZarrStore":
-        from .zarr_store import ZarrStore
+        from refset.zarr_store import ZarrStore
 
         return ZarrStore
     raise AttributeError(f"module 'refset' has no attribute {name!r}")

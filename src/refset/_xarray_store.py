@@ -14,7 +14,7 @@ from xarray.backends.zarr import ZarrArrayWrapper
 from xarray.backends.zarr import ZarrStore as XarrayZarrStore
 from zarr.core.sync import sync
 
-from ._threads import parallel_map
+from refset._threads import parallel_map
 
 __all__ = ["PrefetchingArrayWrapper", "PrefetchingDataStore"]
 

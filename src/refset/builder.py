@@ -7,10 +7,10 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .errors import InvalidReferences
-from .inline import InlineBytes, concat_inline
-from .keys import METADATA_NAMES, ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
-from .tables import INLINE, MAX_END, RANGE, WHOLE, ChunkTable, KeyTable, Ref, Row, _compact, min_uint
+from refset.errors import InvalidReferences
+from refset.inline import InlineBytes, concat_inline
+from refset.keys import METADATA_NAMES, ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
+from refset.tables import INLINE, MAX_END, RANGE, WHOLE, ChunkTable, KeyTable, Ref, Row, _compact, min_uint
 
 __all__ = ["Builder", "check_ends", "route", "dotted_flat"]
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from ._progress import Bar, wanted
+from refset._progress import Bar, wanted
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -161,10 +161,10 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
-    from .errors import InvalidReferences
-    from .formats import detect_format
-    from .formats._io import decompress, read_bytes
-    from .formats._json_read import document_problems
+    from refset.errors import InvalidReferences
+    from refset.formats import detect_format
+    from refset.formats._io import decompress, read_bytes
+    from refset.formats._json_read import document_problems
 
     so = _json_arg(a.storage_options, "--storage-options")
     if detect_format(a.refs, so) == "json":
@@ -278,8 +278,8 @@ def _writer_options(a: argparse.Namespace, dest: str, check_suffix: bool = True)
     unknown option or a value the option does not allow is a :class:`UsageError`, raised before
     anything is read or written.
     """
-    from .errors import InvalidOption, Unsupported
-    from .formats.registry import by_name, for_dest
+    from refset.errors import InvalidOption, Unsupported
+    from refset.formats.registry import by_name, for_dest
 
     if a.format is not None:
         spec = by_name(a.format)
@@ -411,7 +411,7 @@ def _scan_output(src: str, out: str, many: bool, fmt: str | None) -> str:
     """OUT itself for one file; for several, ``OUT/<file name>.<suffix of the format>``."""
     if not many and not out.endswith("/"):
         return out
-    from .formats.registry import FORMATS
+    from refset.formats.registry import FORMATS
 
     suffix = {"v1": ".json", "json": ".json"}.get(fmt or "json") or FORMATS[fmt or "json"].suffixes[0]
     name = src.rstrip("/").rsplit("/", 1)[-1]
@@ -492,7 +492,7 @@ def _client(a: argparse.Namespace, n_inputs: int) -> Any:
 def _unused_drops(a: argparse.Namespace, n: int, where: str) -> Iterator[None]:
     """One warning line for the ``--drop-variables`` names that none of the ``n`` scans (or one combine,
     which warns once for all its inputs) found; other warnings pass through."""
-    from .scan import UnusedDropWarning
+    from refset.scan import UnusedDropWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnusedDropWarning)
@@ -512,7 +512,7 @@ def _unused_drops(a: argparse.Namespace, n: int, where: str) -> Iterator[None]:
 
 def _scan_options(a: argparse.Namespace) -> dict[str, Any]:
     """The keywords of ``refset.scan`` that scan's options give (combine's data-file inputs: defaults)."""
-    from .scan import INLINE_THRESHOLD
+    from refset.scan import INLINE_THRESHOLD
 
     return {"inline_threshold": getattr(a, "inline_threshold", INLINE_THRESHOLD),
             "group": getattr(a, "group", None),
@@ -533,8 +533,7 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
     import time
 
     import refset
-
-    from .errors import InvalidReferences
+    from refset.errors import InvalidReferences
 
     t0 = time.perf_counter()
     ro = _json_arg(a.remote_options, "--remote-options") if a.remote_options is not None else None
@@ -569,7 +568,7 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
 
 
 def cmd_combine(a: argparse.Namespace) -> int:
-    from .combine import expand_lists
+    from refset.combine import expand_lists
 
     # a list-of-sets file counted as its items (in the progress bar and the summary)
     return _combine_and_save(a, expand_lists(_inputs(a.inputs)), _json_arg(a.storage_options, "--storage-options"))
@@ -632,8 +631,8 @@ def cmd_cat(a: argparse.Namespace) -> int:
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
-    from .demo import MARKER, prepare, run
-    from .errors import Unsupported
+    from refset.demo import MARKER, prepare, run
+    from refset.errors import Unsupported
 
     if a.dir is not None and os.path.isfile(os.path.join(a.dir, MARKER)) and not a.quiet:
         sys.stderr.write(f"replacing the files of an earlier refset demo in {a.dir}\n")
@@ -717,13 +716,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="refset",
         description="Make, inspect, validate, convert and read kerchunk-style reference sets.",
     )
-    from . import __version__
+    from refset import __version__
 
     p.add_argument("--version", action="version", version=f"refset {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
-    from .formats.registry import FORMATS
-    from .scan import INLINE_THRESHOLD
+    from refset.formats.registry import FORMATS
+    from refset.scan import INLINE_THRESHOLD
 
     s = sub.add_parser("scan", help="reference NetCDF4/HDF5/NetCDF3 files",
                        description="Scan each FILE (local path or URL; the format is told by its "
@@ -863,7 +862,13 @@ def _combine_options(s: argparse.ArgumentParser, required: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
-    from .errors import InvalidOption, InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
+    from refset.errors import (
+        InvalidOption,
+        InvalidReferences,
+        ReferenceNotReachable,
+        RefsetError,
+        Unsupported,
+    )
 
     try:
         _check_args(a)

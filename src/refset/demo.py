@@ -20,9 +20,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from ._progress import Bar
-from .errors import RefsetError, Unsupported
-from .tables import RANGE
+from refset._progress import Bar
+from refset.errors import RefsetError, Unsupported
+from refset.tables import RANGE
 
 __all__ = ["DemoResult", "FORMATS", "make_files", "next_steps", "prepare", "run"]
 

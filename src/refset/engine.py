@@ -15,12 +15,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .errors import ReferenceNotReachable, ShortRead
-from .fetch import RangeReader, Targets, read_range
-from .keys import chunk_keys
-from .model import ReferenceSet
-from .source import NOT_LOADED
-from .tables import INLINE, RANGE, WHOLE, ChunkTable, Ref
+from refset.errors import ReferenceNotReachable, ShortRead
+from refset.fetch import RangeReader, Targets, read_range
+from refset.keys import chunk_keys
+from refset.model import ReferenceSet
+from refset.source import NOT_LOADED
+from refset.tables import INLINE, RANGE, WHOLE, ChunkTable, Ref
 
 __all__ = ["ReadEngine", "clamp", "off_loop"]
 

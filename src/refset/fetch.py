@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ShortRead
+from refset.errors import ShortRead
 
 __all__ = [
     "Plan",

@@ -17,9 +17,9 @@ from typing import Any
 from fsspec.asyn import AsyncFileSystem
 from fsspec.spec import AbstractBufferedFile
 
-from .engine import ReadEngine, off_loop
-from .errors import ReferenceNotReachable
-from .fetch import (
+from refset.engine import ReadEngine, off_loop
+from refset.errors import ReferenceNotReachable
+from refset.fetch import (
     DEFAULT_MAX_BLOCK,
     DEFAULT_MAX_GAP,
     DEFAULT_MAX_INFLIGHT,
@@ -29,11 +29,11 @@ from .fetch import (
     Targets,
     acall,
 )
-from .formats import load
-from .listing import KeyIndex, entry, info_of
-from .model import ReferenceSet
-from .source import NOT_LOADED
-from .tables import Ref
+from refset.formats import load
+from refset.listing import KeyIndex, entry, info_of
+from refset.model import ReferenceSet
+from refset.source import NOT_LOADED
+from refset.tables import Ref
 
 __all__ = ["ReferenceFileSystem", "FsspecReferences"]
 
@@ -273,7 +273,7 @@ class ReferenceFileSystem(AsyncFileSystem):
             os.makedirs(lpath, exist_ok=True)
             return
         data = await self._cat_file(rpath)
-        from .formats._io import write_bytes
+        from refset.formats._io import write_bytes
 
         write_bytes(lpath, data)  # a temporary beside it, then rename: no half-written file
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidReferences
+from refset.errors import InvalidReferences
 
 __all__ = ["InlineBytes", "concat_inline", "offsets_of", "positions_in"]
 

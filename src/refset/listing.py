@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from .keys import ChunkGrid, chunk_keys
-from .model import ReferenceSet
-from .tables import INLINE, RANGE, KeyTable, Ref
+from refset.keys import ChunkGrid, chunk_keys
+from refset.model import ReferenceSet
+from refset.tables import INLINE, RANGE, KeyTable, Ref
 
 __all__ = ["KeyIndex", "entry"]
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from .builder import Builder, check_ends
-from .errors import InvalidReferences
-from .keys import METADATA_NAMES, ChunkGrid, KeyRouter, array_key, chunk_keys, grid_from_metadata
-from .producer import tables_from_arrays
-from .source import NOT_LOADED, Block, MemorySource, Reopen, Source
-from .tables import (
+from refset.builder import Builder, check_ends
+from refset.errors import InvalidReferences
+from refset.keys import METADATA_NAMES, ChunkGrid, KeyRouter, array_key, chunk_keys, grid_from_metadata
+from refset.producer import tables_from_arrays
+from refset.source import NOT_LOADED, Block, MemorySource, Reopen, Source
+from refset.tables import (
     ABSENT,
     INLINE,
     RANGE,

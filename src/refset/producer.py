@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidReferences
-from .keys import ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
-from .tables import INLINE, MAX_END, RANGE, ChunkTable, KeyTable, Row, sparse_grid
+from refset.errors import InvalidReferences
+from refset.keys import ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
+from refset.tables import INLINE, MAX_END, RANGE, ChunkTable, KeyTable, Row, sparse_grid
 
 __all__ = ["tables_from_arrays", "trusted_parts", "metadata_bytes", "json_text"]
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
-from .keys import ChunkGrid
-from .tables import ChunkTable, KeyTable, Ref, resolve
+from refset.keys import ChunkGrid
+from refset.tables import ChunkTable, KeyTable, Ref, resolve
 
 __all__ = ["Source", "Block", "MemorySource", "NOT_LOADED", "Reopen"]
 

@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import InvalidReferences, Unsupported
-from .inline import InlineBytes, _frozen, concat_inline, positions_in
-from .keys import ChunkGrid
+from refset.errors import InvalidReferences, Unsupported
+from refset.inline import InlineBytes, _frozen, concat_inline, positions_in
+from refset.keys import ChunkGrid
 
 __all__ = [
     "ABSENT",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .model import ReferenceSet
-from .tables import union_urls
+from refset.model import ReferenceSet
+from refset.tables import union_urls
 
 __all__ = ["rename_urls"]
 

@@ -31,7 +31,7 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
     def guess_can_open(self, filename_or_obj: Any) -> bool:
         if not isinstance(filename_or_obj, str | os.PathLike):
             return False
-        from .formats.registry import looks_like_refs
+        from refset.formats.registry import looks_like_refs
 
         return looks_like_refs(os.fspath(filename_or_obj))
 
@@ -59,8 +59,8 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
     ) -> Any:
         from xarray.backends.zarr import ZarrBackendEntrypoint
 
-        from ._xarray_store import PrefetchingDataStore
-        from .zarr_store import ZarrStore
+        from refset._xarray_store import PrefetchingDataStore
+        from refset.zarr_store import ZarrStore
 
         store = filename_or_obj if isinstance(filename_or_obj, ZarrStore) else ZarrStore(
             filename_or_obj, storage_options=storage_options, remote_protocol=remote_protocol,

@@ -25,11 +25,11 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 
-from .engine import ReadEngine, clamp, off_loop
-from .errors import ReferenceNotReachable, Unsupported
-from .fetch import DEFAULT_MAX_INFLIGHT
-from .fs import ReferenceFileSystem
-from .keys import chunk_keys
+from refset.engine import ReadEngine, clamp, off_loop
+from refset.errors import ReferenceNotReachable, Unsupported
+from refset.fetch import DEFAULT_MAX_INFLIGHT
+from refset.fs import ReferenceFileSystem
+from refset.keys import chunk_keys
 
 if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, BufferPrototype

@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidReferences
-from ..model import ReferenceSet
-from ..scan import UnusedDropWarning
-from ._combiner import Combiner
-from ._coords import coordinates
-from ._docs import NotBatch, read_documents
-from ._inputs import Inputs
+from refset.combine._combiner import Combiner
+from refset.combine._coords import coordinates
+from refset.combine._docs import NotBatch, read_documents
+from refset.combine._inputs import Inputs
+from refset.errors import InvalidReferences
+from refset.model import ReferenceSet
+from refset.scan import UnusedDropWarning
 
 __all__ = ["combine", "open_input"]
 
@@ -80,7 +80,7 @@ def combine(
     if not items:
         raise InvalidReferences("combine: no inputs")
     if client is not None:
-        from ._dask import combine_on_cluster
+        from refset.combine._dask import combine_on_cluster
 
         items = [absolute(x) for x in items]  # the workers' working directory is not ours
         out = combine_on_cluster(client, items, dims=dims, identical=list(identical_dims),
@@ -157,8 +157,8 @@ def expand_lists(items: list[Any]) -> list[Any]:
 def _json_list(url: str) -> list[Any] | None:
     """The list a local JSON file holds, when it holds one (its first bytes tell, read through its
     compression), else None."""
-    from ..formats._io import decompress, is_local, local_path
-    from ..formats.registry import GZIP_MAGIC, ZSTD_MAGIC
+    from refset.formats._io import decompress, is_local, local_path
+    from refset.formats.registry import GZIP_MAGIC, ZSTD_MAGIC
 
     if not is_local(url):
         return None
@@ -222,7 +222,7 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
                scan_options: Mapping[str, Any] | None = None) -> tuple[ReferenceSet, str]:
     """``(set, name)`` of one input: a set or dict as it is, a path/URL to a NetCDF/HDF5 file scanned
     (with ``scan_options``), any other path loaded as a reference set."""
-    from ..formats import load
+    from refset.formats import load
 
     if isinstance(x, ReferenceSet | Mapping | ListItem):
         rs = load(x.doc if isinstance(x, ListItem) else x)
@@ -233,7 +233,7 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
         raise InvalidReferences(f"combine: input {index} is a {type(x).__name__}, not a set, a dict or a path")
     url = os.fspath(x)
     if _is_data_file(url, storage_options or {}):
-        from ..scan import scan
+        from refset.scan import scan
 
         return scan(url, storage_options=storage_options, **dict(scan_options or {})), url
     return load(url, storage_options=storage_options), url
@@ -241,8 +241,8 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
 
 def _is_data_file(url: str, so: Mapping[str, Any]) -> bool:
     """NetCDF/HDF5 by magic bytes (an HDF5 user block too)."""
-    from ..formats._local import is_local, local_path
-    from ..formats.registry import data_format, file_reader, is_data_file, starts_like_refs
+    from refset.formats._local import is_local, local_path
+    from refset.formats.registry import data_format, file_reader, is_data_file, starts_like_refs
 
     if is_local(url, so):  # the common case, without fsspec's per-call cost
         local = local_path(url)

@@ -8,14 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidReferences, Unsupported
-from ..inline import positions_in
-from ..keys import ChunkGrid
-from ..model import ReferenceSet
-from ..producer import metadata_bytes
-from ..tables import INLINE, ChunkTable, KeyTable
-from ._coords import Coordinate
-from ._decoding import (
+from refset.combine._coords import Coordinate
+from refset.combine._decoding import (
     attrs_difference,
     bounds_parent,
     calendars_needing_dates,
@@ -24,8 +18,14 @@ from ._decoding import (
     same_calendar_after_1582,
     time_encoding,
 )
-from ._inputs import Inputs, Rows, inline_rows
-from ._values import fetched_zattrs, read_arrays, zarray, zattrs
+from refset.combine._inputs import Inputs, Rows, inline_rows
+from refset.combine._values import fetched_zattrs, read_arrays, zarray, zattrs
+from refset.errors import InvalidReferences, Unsupported
+from refset.inline import positions_in
+from refset.keys import ChunkGrid
+from refset.model import ReferenceSet
+from refset.producer import metadata_bytes
+from refset.tables import INLINE, ChunkTable, KeyTable
 
 __all__ = ["Combiner"]
 
@@ -299,7 +299,7 @@ class Combiner:
                 base = zarray(m, c.dim)
                 break
         n = len(values)
-        from ..scan._zarr import dtype_json
+        from refset.scan._zarr import dtype_json
 
         self.meta[f"{c.dim}/.zarray"] = metadata_bytes({
             "chunks": [n], "compressor": None, "dtype": dtype_json(values.dtype),

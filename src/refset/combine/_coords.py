@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidReferences, Unsupported
-from ._decoding import calendar, decoding_attrs, is_time_units, same_calendar_after_1582
-from ._inputs import Inputs
-from ._values import read_arrays, zattrs
+from refset.combine._decoding import calendar, decoding_attrs, is_time_units, same_calendar_after_1582
+from refset.combine._inputs import Inputs
+from refset.combine._values import read_arrays, zattrs
+from refset.errors import InvalidReferences, Unsupported
 
 __all__ = ["Coordinate", "coordinates", "reencode", "is_cf_time"]
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ..model import ReferenceSet
-from ._combiner import Combiner
-from ._coords import coordinates, is_cf_time, reencode
-from ._inputs import Inputs
+from refset.combine._combiner import Combiner
+from refset.combine._coords import coordinates, is_cf_time, reencode
+from refset.combine._inputs import Inputs
+from refset.model import ReferenceSet
 
 __all__ = ["combine_on_cluster", "BATCH"]
 
@@ -60,8 +60,8 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
                 scan_options: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[set[str]]]:
     """Inputs ``start...`` opened (scanned, with ``scan_options``) with ``so``, each one's coordinate
     values and attributes (data read with ``ro``), and the names to drop each one lacked."""
-    from ..scan import UnusedDropWarning
-    from . import open_input
+    from refset.combine import open_input
+    from refset.scan import UnusedDropWarning
 
     sets, coords, unused = [], [], []
     for k, x in enumerate(xs):
@@ -136,7 +136,7 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
 
         for f in as_completed(pending):
             progress(min(size, n - size * pending.index(f)))
-    from . import _warn_unused
+    from refset.combine import _warn_unused
 
     parts = [pickle.loads(p) for p in client.gather(pending)]
     info = [c for part, _ in parts for c in part]

@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from ..builder import dotted_flat
-from ..formats._jsonplan import Doc, base64_bytes, base64_many, member_shape
-from ..formats._jsonscan import Fallback, key_tails, same_spans, skip_ws, tails_in_grid
-from ..inline import InlineBytes
-from ..keys import ChunkGrid, grid_from_metadata
-from ..model import ReferenceSet
-from ..tables import INLINE, RANGE, WHOLE, Ref
-from ._inputs import META_NAMES, Inputs, Rows
+from refset.builder import dotted_flat
+from refset.combine._inputs import META_NAMES, Inputs, Rows
+from refset.formats._jsonplan import Doc, base64_bytes, base64_many, member_shape
+from refset.formats._jsonscan import Fallback, key_tails, same_spans, skip_ws, tails_in_grid
+from refset.inline import InlineBytes
+from refset.keys import ChunkGrid, grid_from_metadata
+from refset.model import ReferenceSet
+from refset.tables import INLINE, RANGE, WHOLE, Ref
 
 __all__ = ["read_documents", "NotBatch", "BATCH"]
 
@@ -139,8 +139,8 @@ def _refs_body(data: bytes, lo: int, hi: int) -> tuple[int, int]:
 
 
 def _read(url: str, so: Mapping[str, Any]) -> bytes:
-    from ..formats._io import decompress, is_local, local_path
-    from ..formats.registry import GZIP_MAGIC, ZSTD_MAGIC
+    from refset.formats._io import decompress, is_local, local_path
+    from refset.formats.registry import GZIP_MAGIC, ZSTD_MAGIC
 
     if not is_local(url, so):
         raise NotBatch
@@ -365,7 +365,7 @@ class _Reader:
             return Rows(*cols, store, bounds)  # type: ignore[arg-type]
 
         def one_set(i: int) -> ReferenceSet:
-            from . import open_input
+            from refset.combine import open_input
 
             return open_input(items[i], i, storage_options=so)[0]
 
@@ -413,7 +413,7 @@ def _normalised(body: memoryview) -> memoryview:
     """``body`` parsed and written again as compact JSON, JSON objects (metadata) as their text."""
     import msgspec
 
-    from ..formats._json_v0 import normalize_value
+    from refset.formats._json_v0 import normalize_value
 
     try:
         refs = msgspec.json.decode(body)
@@ -434,7 +434,7 @@ def _normalised(body: memoryview) -> memoryview:
 def _string(doc: Doc, s: int, e: int, key: str | None) -> bytes:
     """The bytes of the string value spanning ``s:e`` (base64 data decoded), as the generic reader
     reads it."""
-    from ..formats._json_v0 import normalize_value
+    from refset.formats._json_v0 import normalize_value
 
     v = base64_bytes(doc.data, s, e)
     if v is None:

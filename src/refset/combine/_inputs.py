@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inline import InlineBytes, concat_inline
-from ..keys import ChunkGrid
-from ..model import ReferenceSet
-from ..tables import INLINE, RANGE, WHOLE, Ref, resolve, union_urls
+from refset.inline import InlineBytes, concat_inline
+from refset.keys import ChunkGrid
+from refset.model import ReferenceSet
+from refset.tables import INLINE, RANGE, WHOLE, Ref, resolve, union_urls
 
 __all__ = ["Inputs", "Rows", "META_NAMES"]
 

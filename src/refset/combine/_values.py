@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InvalidReferences, ReferenceNotReachable, Unsupported
-from ..formats._io import is_local, local_path
-from ..tables import INLINE, RANGE, WHOLE
+from refset.errors import InvalidReferences, ReferenceNotReachable, Unsupported
+from refset.formats._io import is_local, local_path
+from refset.tables import INLINE, RANGE, WHOLE
 
 if TYPE_CHECKING:
-    from ._inputs import Inputs
+    from refset.combine._inputs import Inputs
 
 __all__ = ["read_arrays", "zarray", "zattrs", "fetched_zattrs", "fill_of"]
 
@@ -154,7 +154,7 @@ def _fetch_remote(items: list[tuple[str, int, int]], storage_options: Mapping[st
 
     from fsspec.asyn import get_loop, sync
 
-    from ..fetch import Targets, read_range
+    from refset.fetch import Targets, read_range
 
     targets = Targets(remote_options=storage_options)
     sem = asyncio.Semaphore(64)

@@ -11,10 +11,10 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..errors import InvalidReferences, Unsupported
-from ..model import ReferenceSet, check_bounds
-from ._local import is_local, local_path
-from .registry import FORMATS, by_name, detect, detect_with_head, for_dest
+from refset.errors import InvalidReferences, Unsupported
+from refset.formats._local import is_local, local_path
+from refset.formats.registry import FORMATS, by_name, detect, detect_with_head, for_dest
+from refset.model import ReferenceSet, check_bounds
 
 __all__ = ["load", "save", "detect_format", "Format", "FORMATS"]
 
@@ -53,13 +53,13 @@ def load(
     if isinstance(source, ReferenceSet):
         rs = source
     elif not isinstance(source, str | os.PathLike) and isinstance(source, Mapping):
-        from ._json import from_document
+        from refset.formats._json import from_document
 
         _json_options(options, "a mapping")
         options.pop("lazy", None)
         rs = from_document(source, **options)
     elif isinstance(source, bytes | bytearray | memoryview):
-        from ._json_read import json_source
+        from refset.formats._json_read import json_source
 
         _json_options(options, "JSON text")
         rs = ReferenceSet(json_source([bytes(source)], **options))

@@ -10,10 +10,10 @@ import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..errors import InvalidReferences
-from ..limits import LIMITS
-from ._local import is_local, local_path
-from .registry import GZIP_MAGIC, ZSTD_MAGIC
+from refset.errors import InvalidReferences
+from refset.formats._local import is_local, local_path
+from refset.formats.registry import GZIP_MAGIC, ZSTD_MAGIC
+from refset.limits import LIMITS
 
 __all__ = ["read_bytes", "write_bytes", "decompress", "compress", "file_mode", "is_local", "local_path",
            "remote_leftovers", "rm_tree", "reading_options"]

@@ -8,12 +8,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..builder import Builder
-from ..errors import InvalidReferences
-from ..model import ReferenceSet
-from ..source import MemorySource
-from ._json_v0 import refs_from_v0
-from ._json_v1 import DEFAULT_MAX_GEN, read_v1
+from refset.builder import Builder
+from refset.errors import InvalidReferences
+from refset.formats._json_v0 import refs_from_v0
+from refset.formats._json_v1 import DEFAULT_MAX_GEN, read_v1
+from refset.model import ReferenceSet
+from refset.source import MemorySource
 
 __all__ = ["from_document", "collect", "decode_json", "is_v1"]
 

@@ -8,13 +8,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InvalidReferences, Unsupported
-from ..source import MemorySource, Source
-from ._json import collect, decode_json, from_document
-from ._json_v1 import DEFAULT_MAX_GEN
-from ._jsonlazy import LazyJsonSource
-from ._jsonplan import plan_document
-from ._jsonscan import Fallback
+from refset.errors import InvalidReferences, Unsupported
+from refset.formats._json import collect, decode_json, from_document
+from refset.formats._json_v1 import DEFAULT_MAX_GEN
+from refset.formats._jsonlazy import LazyJsonSource
+from refset.formats._jsonplan import plan_document
+from refset.formats._jsonscan import Fallback
+from refset.source import MemorySource, Source
 
 __all__ = ["read_json", "json_source", "document_problems"]
 
@@ -93,8 +93,8 @@ def read_json(
 ) -> Source:
     """Open a JSON reference set (plain, gzip or zstd, recognised from the content). ``head``: the
     file's first bytes when already read; a head shorter than ``HEAD_SIZE`` is the whole file."""
-    from ._io import decompress, read_bytes
-    from .registry import HEAD_SIZE
+    from refset.formats._io import decompress, read_bytes
+    from refset.formats.registry import HEAD_SIZE
 
     if options:
         raise Unsupported(f"options {sorted(options)} are not used when reading JSON references")

@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidReferences, Unsupported
-from ..inline import InlineBytes
-from ..keys import ChunkGrid, chunk_keys
-from ..model import ReferenceSet
-from ..producer import json_text
-from ..tables import INLINE, MAX_END, RANGE, WHOLE, Ref, v0_value
-from ._io import compress, write_bytes
+from refset.errors import InvalidReferences, Unsupported
+from refset.formats._io import compress, write_bytes
+from refset.inline import InlineBytes
+from refset.keys import ChunkGrid, chunk_keys
+from refset.model import ReferenceSet
+from refset.producer import json_text
+from refset.tables import INLINE, MAX_END, RANGE, WHOLE, Ref, v0_value
 
 __all__ = ["normalize_value", "where", "dumps_v0", "write_json", "refs_from_v0", "is_int"]
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from ..builder import Builder
-from ..keys import ChunkGrid, array_key
-from ..limits import LIMITS
-from ..tables import MAX_END, RANGE, WHOLE
-from ._json_v0 import is_int, refs_from_v0
-from ._templates import NotVectorisable, Part, Templates, compile_expr, render
+from refset.builder import Builder
+from refset.formats._json_v0 import is_int, refs_from_v0
+from refset.formats._templates import NotVectorisable, Part, Templates, compile_expr, render
+from refset.keys import ChunkGrid, array_key
+from refset.limits import LIMITS
+from refset.tables import MAX_END, RANGE, WHOLE
 
 __all__ = ["read_v1", "DEFAULT_MAX_GEN"]
 
@@ -226,7 +226,7 @@ def _url_ids(
     """(unique URLs, id per item), rendering the URL once per combination of the dimensions it uses."""
     from jinja2 import meta
 
-    from ._templates import parse
+    from refset.formats._templates import parse
 
     used = [d for d in dims if d in meta.find_undeclared_variables(parse(url))]
     sub = {d: dims[d] for d in used}

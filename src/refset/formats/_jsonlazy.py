@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..builder import Builder
-from ..source import NOT_LOADED, NotLoaded
-from ..tables import ChunkTable, KeyTable, Ref, resolve
-from ._json import decode_json, from_document
-from ._json_v1 import DEFAULT_MAX_GEN
-from ._jsonplan import Plan
-from ._jsonscan import Fallback
+from refset.builder import Builder
+from refset.formats._json import decode_json, from_document
+from refset.formats._json_v1 import DEFAULT_MAX_GEN
+from refset.formats._jsonplan import Plan
+from refset.formats._jsonscan import Fallback
+from refset.source import NOT_LOADED, NotLoaded
+from refset.tables import ChunkTable, KeyTable, Ref, resolve
 
 __all__ = ["LazyJsonSource"]
 

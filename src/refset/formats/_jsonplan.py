@@ -11,16 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from .._threads import parallel_map
-from ..builder import Builder, route
-from ..errors import InvalidReferences
-from ..inline import InlineBytes, offsets_of
-from ..keys import KeyRouter, split_metadata_key
-from ..tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref
-from ._json import collect, decode_json
-from ._json_v0 import normalize_value
-from ._json_v1 import DEFAULT_MAX_GEN
-from ._jsonscan import (
+from refset._threads import parallel_map
+from refset.builder import Builder, route
+from refset.errors import InvalidReferences
+from refset.formats._json import collect, decode_json
+from refset.formats._json_v0 import normalize_value
+from refset.formats._json_v1 import DEFAULT_MAX_GEN
+from refset.formats._jsonscan import (
     LOW8,
     U8,
     Fallback,
@@ -36,7 +33,10 @@ from ._jsonscan import (
     word,
     words,
 )
-from ._templates import Templates
+from refset.formats._templates import Templates
+from refset.inline import InlineBytes, offsets_of
+from refset.keys import KeyRouter, split_metadata_key
+from refset.tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref
 
 __all__ = ["Plan", "Doc", "plan_document", "member_shape", "base64_bytes", "base64_many", "MIN_SIZE"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._threads import parallel_map
+from refset._threads import parallel_map
 
 __all__ = [
     "Fallback", "words", "skip_ws", "parse_uints", "same_spans", "decode_string", "key_tails", "quotes",

@@ -19,12 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidReferences, Unsupported
-from ..keys import ChunkGrid, checked_grid
-from ..model import ReferenceSet
-from ..tables import ABSENT, INLINE, RANGE, ChunkTable, KeyTable, Ref, min_uint, resolve, sparse_grid
-from ._io import decompress, reading_options, write_bytes
-from ._packed_array import (
+from refset.errors import InvalidReferences, Unsupported
+from refset.formats._io import decompress, reading_options, write_bytes
+from refset.formats._packed_array import (
     Segment,
     array_stats,
     decode_other,
@@ -35,8 +32,11 @@ from ._packed_array import (
     encode_strings,
     lookup_segment,
 )
-from ._packed_codec import BlockReader, BlockWriter
-from .registry import PACKED_MAGIC, ZSTD_MAGIC
+from refset.formats._packed_codec import BlockReader, BlockWriter
+from refset.formats.registry import PACKED_MAGIC, ZSTD_MAGIC
+from refset.keys import ChunkGrid, checked_grid
+from refset.model import ReferenceSet
+from refset.tables import ABSENT, INLINE, RANGE, ChunkTable, KeyTable, Ref, min_uint, resolve, sparse_grid
 
 __all__ = ["MAGIC", "VERSION", "read_packed", "write_packed", "pack", "PackedSource"]
 

@@ -17,9 +17,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..builder import check_ends
-from ..tables import ABSENT, INLINE, MAX_END, RANGE, WHOLE, KeyTable
-from ._packed_codec import BlockReader, BlockWriter, unzigzag, zigzag
+from refset.builder import check_ends
+from refset.formats._packed_codec import BlockReader, BlockWriter, unzigzag, zigzag
+from refset.tables import ABSENT, INLINE, MAX_END, RANGE, WHOLE, KeyTable
 
 __all__ = [
     "Segment",

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidReferences
-from ..limits import LIMITS
+from refset.errors import InvalidReferences
+from refset.limits import LIMITS
 
 __all__ = ["BlockWriter", "BlockReader", "zigzag", "unzigzag", "decompressor", "RAW", "ZSTD"]
 

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..builder import check_ends
-from ..errors import InvalidReferences, Unsupported
-from ..keys import (
+from refset.builder import check_ends
+from refset.errors import InvalidReferences, Unsupported
+from refset.keys import (
     ChunkGrid,
     grid_from_document,
     grid_from_metadata,
@@ -34,8 +34,8 @@ from ..keys import (
     path_problem,
     split_metadata_key,
 )
-from ..producer import metadata_bytes
-from ..tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, sparse_grid
+from refset.producer import metadata_bytes
+from refset.tables import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, sparse_grid
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -108,7 +108,7 @@ class _Store:
         else:
             import fsspec
 
-            from ._io import reading_options
+            from refset.formats._io import reading_options
 
             self.fs, root = fsspec.core.url_to_fs(source, **reading_options(source, storage_options))
             self.root = root.rstrip("/")
@@ -400,7 +400,7 @@ def _set_aside(store: _Store) -> tuple[_Store, bytes] | None:
     puts it in place): locally the old set renamed aside (``<dir>.refset-old-*``), on an object store
     the new tree that was being copied into place (``<dir>.refset-*.tmp``)."""
     if store.fs is not None:
-        from ._io import remote_leftovers
+        from refset.formats._io import remote_leftovers
 
         for t in remote_leftovers(store.fs, store.root):
             aside = _Store(t, None)
@@ -412,7 +412,7 @@ def _set_aside(store: _Store) -> tuple[_Store, bytes] | None:
         return None
     if os.path.lexists(store.root):
         return None
-    from ._io import stale_leftovers
+    from refset.formats._io import stale_leftovers
 
     for old in sorted(stale_leftovers(store.root), key=os.path.getmtime, reverse=True):
         if ".refset-old-" in os.path.basename(old):
@@ -426,7 +426,7 @@ def _set_aside(store: _Store) -> tuple[_Store, bytes] | None:
 
 def _zarr_store_problem(source: str, store: _Store) -> str | None:
     """What to say when ``source`` (not a parquet reference set) is a zarr store."""
-    from .registry import zarr_store_problem
+    from refset.formats.registry import zarr_store_problem
 
     def has(name: str) -> bool:
         try:

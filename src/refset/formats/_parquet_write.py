@@ -22,12 +22,20 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidOption, RefsetError, Unsupported
-from ..keys import ChunkGrid, path_problem
-from ..model import ReferenceSet
-from ..tables import INLINE, RANGE, WHOLE, ChunkTable
-from ._io import crash_point, file_mode, hold, recover_local, remote_leftovers, rm_tree, temp_prefix
-from ._parquet import CHECKSUMS, record_name, seal_zmetadata
+from refset.errors import InvalidOption, RefsetError, Unsupported
+from refset.formats._io import (
+    crash_point,
+    file_mode,
+    hold,
+    recover_local,
+    remote_leftovers,
+    rm_tree,
+    temp_prefix,
+)
+from refset.formats._parquet import CHECKSUMS, record_name, seal_zmetadata
+from refset.keys import ChunkGrid, path_problem
+from refset.model import ReferenceSet
+from refset.tables import INLINE, RANGE, WHOLE, ChunkTable
 
 __all__ = ["write_parquet", "DEFAULT_RECORD_SIZE", "DEFAULT_CATEGORICAL_THRESHOLD"]
 

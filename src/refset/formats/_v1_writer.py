@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Unsupported
-from ..keys import array_key
-from ..model import ReferenceSet
-from ..tables import INLINE, RANGE, WHOLE, encode_inline
-from ._io import compress, write_bytes
+from refset.errors import Unsupported
+from refset.formats._io import compress, write_bytes
+from refset.keys import array_key
+from refset.model import ReferenceSet
+from refset.tables import INLINE, RANGE, WHOLE, encode_inline
 
 __all__ = ["dumps_v1", "v1_document", "write_v1"]
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidOption, InvalidReferences, Unsupported
-from ._local import is_local, local_path
+from refset.errors import InvalidOption, InvalidReferences, Unsupported
+from refset.formats._local import is_local, local_path
 
 __all__ = ["Option", "FormatSpec", "FORMATS", "by_name", "for_dest", "detect", "looks_like_refs",
            "detect_with_head", "HEAD_SIZE", "PACKED_MAGIC", "GZIP_MAGIC", "ZSTD_MAGIC", "COMPRESSION_SUFFIXES",
@@ -89,7 +89,7 @@ def _refuse_zmetadata(source: str, storage_options: Mapping[str, Any] | None) ->
     """A ``.zmetadata`` file given for its set (parquet) or store (zarr): name the directory to give."""
     import json
 
-    from ._io import read_bytes
+    from refset.formats._io import read_bytes
 
     directory = source.rstrip("/").rsplit("/", 1)[0] if "/" in source.rstrip("/") else "."
     try:
@@ -355,7 +355,7 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
         return (FORMATS["packed"] if head.startswith(PACKED_MAGIC) else FORMATS["json"]), None
     import fsspec
 
-    from ._io import reading_options
+    from refset.formats._io import reading_options
 
     fs, path = fsspec.core.url_to_fs(source, **reading_options(source, storage_options))
     path = path.rstrip("/")
@@ -385,7 +385,7 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
     except Exception:
         if has_zmetadata():
             return FORMATS["parquet"], None
-        from ._io import remote_leftovers
+        from refset.formats._io import remote_leftovers
 
         if remote_leftovers(fs, path):  # a write killed while copying its tree into place left it
             return FORMATS["parquet"], None

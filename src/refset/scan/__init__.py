@@ -12,11 +12,11 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import Unsupported
-from ..formats._local import is_local, local_path
-from ..formats.registry import ZARR_STORE_FILES, data_format, file_reader, starts_like_refs
-from ..model import ReferenceSet
-from ._file import HEAD_BYTES, ScanFile, is_local_fs
+from refset.errors import Unsupported
+from refset.formats._local import is_local, local_path
+from refset.formats.registry import ZARR_STORE_FILES, data_format, file_reader, starts_like_refs
+from refset.model import ReferenceSet
+from refset.scan._file import HEAD_BYTES, ScanFile, is_local_fs
 
 __all__ = ["scan", "INLINE_THRESHOLD", "detect_format", "UnusedDropWarning"]
 
@@ -147,14 +147,14 @@ def scan(
             raise Unsupported(f"{url}: {e}") from None
         f.seek(0)
         if kind == "hdf5":
-            from .hdf5 import scan_hdf5
+            from refset.scan.hdf5 import scan_hdf5
 
             writer = scan_hdf5(f, ref, inline_threshold=inline_threshold, group=group,
                                drop=drop, subchunk=subchunk, **options)
         else:
             if group not in (None, "", "/"):
                 raise Unsupported(f"group={group!r}: NetCDF3 files have no groups")
-            from .netcdf3 import scan_netcdf3
+            from refset.scan.netcdf3 import scan_netcdf3
 
             writer = scan_netcdf3(f, ref, sf.size, inline_threshold=inline_threshold,
                                   drop=drop, subchunk=subchunk, **options)

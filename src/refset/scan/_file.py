@@ -32,7 +32,7 @@ class _Remote:
     refused, transient failures are retried, each attempt has a timeout), from sync code."""
 
     def __init__(self, fs: Any, path: str) -> None:
-        from ..fetch import Targets
+        from refset.fetch import Targets
 
         self.path = path
         self.url = fs.unstrip_protocol(path)
@@ -41,7 +41,7 @@ class _Remote:
     def _run(self, coro: Any) -> Any:
         from fsspec.asyn import get_loop, sync
 
-        from ..errors import ReferenceNotReachable
+        from refset.errors import ReferenceNotReachable
 
         try:
             return sync(get_loop(), lambda: coro)
@@ -52,14 +52,14 @@ class _Remote:
 
     def read(self, start: int, end: int) -> tuple[bytes, int | None]:
         """Bytes ``[start, end)`` and the file's size when the answer tells it."""
-        from ..fetch import read_range_sized
+        from refset.fetch import read_range_sized
 
         return self._run(read_range_sized(self.targets, self.path, start, end))  # type: ignore[no-any-return]
 
     def read_many(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes | BaseException]:
         import numpy as np
 
-        from ..fetch import RangeReader
+        from refset.fetch import RangeReader
 
         n = len(starts)
         reader = RangeReader(self.targets, max_gap=0)
@@ -100,7 +100,7 @@ class ScanFile:
             end = min(start + _BLOCK, self.size)
             got = self._remote.read(start, end)[0]
             if len(got) != end - start:
-                from ..errors import ReferenceNotReachable
+                from refset.errors import ReferenceNotReachable
 
                 raise ReferenceNotReachable("", self._remote.url, f"short read at byte {start} ({len(got)} of "
                                             f"{end - start} bytes)")
@@ -125,7 +125,7 @@ class ScanFile:
             got = self._remote.read_many([offsets[i] for i in far], [offsets[i] + lengths[i] for i in far])
             for i, d in zip(far, got):
                 if isinstance(d, BaseException):
-                    from ..errors import ReferenceNotReachable
+                    from refset.errors import ReferenceNotReachable
 
                     raise ReferenceNotReachable.wrap("", self._remote.url, d) from d
                 out[i] = d

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ._zarr import cannot
+from refset.scan._zarr import cannot
 
 __all__ = ["hdf5_filters", "encode_chunk", "FILTER_NAMES"]
 

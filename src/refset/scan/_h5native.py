@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _h5meta as m
-from ._h5meta import UNDEF, NotNative, _need
+from refset.scan import _h5meta as m
+from refset.scan._h5meta import UNDEF, NotNative, _need
 
 __all__ = ["NotNative", "open_native"]
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidReferences, Unsupported
-from ..inline import InlineBytes
-from ..keys import ChunkGrid, checked_grid
-from ..model import ReferenceSet
-from ..producer import metadata_bytes
-from ..tables import INLINE, RANGE, ChunkTable, sparse_grid
+from refset.errors import InvalidReferences, Unsupported
+from refset.inline import InlineBytes
+from refset.keys import ChunkGrid, checked_grid
+from refset.model import ReferenceSet
+from refset.producer import metadata_bytes
+from refset.tables import INLINE, RANGE, ChunkTable, sparse_grid
 
 __all__ = ["SetWriter", "json_value", "json_attrs", "fill_json", "zarr_fill", "dtype_json", "cannot",
            "split_rows"]
@@ -273,8 +273,8 @@ class SetWriter:
                 entry[4].append(flat)
                 entry[5].extend(data[at:at + flat.size])
                 at += flat.size
-        from ..producer import trusted_parts
-        from ..source import MemorySource
+        from refset.producer import trusted_parts
+        from refset.source import MemorySource
 
         tables = {}
         for path, (grid, kind, off, ln, inl_flat, inl_data) in self.arrays.items():

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Unsupported
-from ._filters import encode_chunk, hdf5_filters
-from ._h5meta import NotNative
-from ._zarr import SetWriter, cannot, json_attrs, json_value, split_rows
+from refset.errors import Unsupported
+from refset.scan._filters import encode_chunk, hdf5_filters
+from refset.scan._h5meta import NotNative
+from refset.scan._zarr import SetWriter, cannot, json_attrs, json_value, split_rows
 
 __all__ = ["scan_hdf5", "MAX_INLINE"]
 
@@ -79,8 +79,8 @@ def _scan_native(f: Any, url: str, inline_threshold: int, group: str | None, dro
     """The scan over the native metadata reader; ``NotNative`` (raised before anything is
     returned) sends the whole file to h5py. Warnings are held back until the scan succeeds, so a
     fallback does not repeat them."""
-    from ..formats.registry import data_format, file_reader
-    from ._h5native import open_native
+    from refset.formats.registry import data_format, file_reader
+    from refset.scan._h5native import open_native
 
     f.seek(0, 2)
     size = f.tell()

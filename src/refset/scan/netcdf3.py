@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidFile
-from ._zarr import SetWriter, cannot, json_value, split_rows
+from refset.errors import InvalidFile
+from refset.scan._zarr import SetWriter, cannot, json_value, split_rows
 
 __all__ = ["scan_netcdf3", "read_header", "Header", "Variable"]
 
