@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 import refset
-from refset.keys import ChunkGrid
-from refset.tables import RANGE, ChunkTable, concat_tables, union_urls
+from refset.model.keys import ChunkGrid
+from refset.model.table import RANGE, ChunkTable, concat_tables, union_urls
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, float, Any]:

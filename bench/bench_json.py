@@ -30,7 +30,7 @@ def rss_mb():
 if side == "fsspec":
     import fsspec, fsspec.implementations.reference, json
 else:
-    import refset, refset.formats._json_read, msgspec
+    import refset, refset.formats.json.read, msgspec
 base = rss_mb()  # after importing the library: what follows is the reference set's own memory
 t0 = time.perf_counter()
 if side == "fsspec":

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import refset
-from refset.formats._io import compress
+from refset.io.files import compress
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, float, Any]:

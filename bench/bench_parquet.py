@@ -95,7 +95,7 @@ def child_open(a: dict) -> dict:
     from fsspec.implementations.reference import LazyReferenceMapper, ReferenceFileSystem
 
     import refset
-    from refset.formats._parquet import read_parquet
+    from refset.formats.parquet.reader import read_parquet
 
     d = a["dir"]
     refset.load(d)
@@ -247,7 +247,7 @@ def main() -> None:
         print(json.dumps(CHILDREN[a.child[0]](json.loads(a.child[1]))))
         return
 
-    from refset.formats._parquet_write import DEFAULT_RECORD_SIZE
+    from refset.formats.parquet.writer import DEFAULT_RECORD_SIZE
 
     size = a.record_size or DEFAULT_RECORD_SIZE
     tmp = tempfile.mkdtemp(prefix="bench-parquet-")

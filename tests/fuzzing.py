@@ -48,8 +48,8 @@ def no_hang(seconds: float = HANG_SECONDS) -> Iterator[None]:
 def read_all(rs: refset.ReferenceSet) -> None:
     """Everything a reader of ``rs`` may ask: keys, each reference, tables, sizes, JSON V0 and V1,
     listings and inline values through :class:`refset.ReferenceFileSystem`."""
-    from refset.formats._json_v0 import dumps_v0
-    from refset.formats._v1_writer import dumps_v1
+    from refset.formats.json.v0 import dumps_v0
+    from refset.formats.json.v1_writer import dumps_v1
 
     n = len(rs)
     keys = list(rs)
@@ -90,8 +90,8 @@ def exercise(source: Any, **options: Any) -> str:
 
 def exercise_json(text: bytes, **options: Any) -> str:
     """:func:`exercise` of JSON ``text``, and ``refset validate``'s check of it
-    (:func:`~refset.formats._json_read.document_problems`): both must agree on whether it is valid."""
-    from refset.formats._json_read import document_problems
+    (:func:`~refset.formats.json.read.document_problems`): both must agree on whether it is valid."""
+    from refset.formats.json.read import document_problems
 
     outcome = exercise(text, **options)
     with no_hang():

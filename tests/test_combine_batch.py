@@ -1,4 +1,4 @@
-"""combine's batch reader of JSON reference files (``refset.combine._docs``): what it accepts it reads
+"""combine's batch reader of JSON reference files (``refset.formats.json.batch``): what it accepts it reads
 exactly as the generic reader does (the same combined set, key by key), and everything else it hands
 to the generic reader, which gives the same result or names the problem."""
 
@@ -15,8 +15,8 @@ import pytest
 
 import refset
 from refset.combine import combine, expand_lists
-from refset.combine._docs import NotBatch, read_documents
 from refset.errors import InvalidReferences, Unsupported
+from refset.formats.json.batch import NotBatch, read_documents
 
 from .test_combine import _day, _kerchunk, _mf
 

@@ -12,7 +12,7 @@ import pytest
 
 import refset
 from refset.errors import InvalidReferences, ReferenceNotReachable
-from refset.formats._jsonplan import MIN_SIZE
+from refset.formats.json.plan import MIN_SIZE
 
 from .servedata import raw_array_set
 
@@ -144,7 +144,7 @@ def test_relative_paths_reopen_from_any_directory(stored, tmp_path, monkeypatch)
 def test_a_small_selection_reads_only_its_blocks(tmp_path, monkeypatch):
     """xarray reading a slice of a parquet set reads the records of that slice, not the whole
     table (on S3, a request per record file)."""
-    from refset.formats import _parquet
+    from refset.formats.parquet import reader as _parquet
 
     rs, data = raw_array_set(tmp_path, shape=(40, 20, 20), chunks=(1, 10, 10))
     refset.save(rs, tmp_path / "r.parq", record_size=8)

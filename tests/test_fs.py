@@ -15,7 +15,7 @@ from fsspec.implementations.reference import ReferenceFileSystem as FsspecRFS
 import refset
 from refset import ReferenceFileSystem
 from refset.errors import ReferenceNotReachable
-from refset.fetch import plan_ranges
+from refset.io.fetch import plan_ranges
 
 from .httpserver import RangeServer
 from .servedata import kerchunk_refs, write_netcdf

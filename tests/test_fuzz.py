@@ -251,7 +251,7 @@ def test_byte_mutations_of_files(name, data):
 def _strip_checksums(root: Path) -> None:
     """``root/.zmetadata`` as fsspec writes it: without refset's checksums (record files are then read
     without their CRC-32, so a mutation reaches pyarrow and the record decoder)."""
-    from refset.formats._parquet import CHECKSUMS, SEAL
+    from refset.formats.parquet.reader import CHECKSUMS, SEAL
 
     raw = (root / ".zmetadata").read_bytes()
     raw = raw[:raw.rfind(SEAL)] + b"}"
@@ -403,7 +403,7 @@ _LARGE = {v1: _large_json(v1) for v1 in (False, True)}  # both taken by _jsonpla
 @fuzz(60)
 @given(data=st.data(), v1=st.booleans(), lazy=st.booleans())
 def test_mutations_of_large_json(data, v1, lazy):
-    from refset.formats._json_read import document_problems
+    from refset.formats.json.read import document_problems
 
     text = bytearray(_LARGE[v1])
     for _ in range(data.draw(st.integers(1, 3))):

@@ -99,7 +99,7 @@ def test_from_items_refuses_offsets_past_the_bound():
 
 
 def test_builder_refuses_columns_past_the_bound():
-    from refset.builder import Builder
+    from refset.model.builder import Builder
 
     b = Builder()
     with pytest.raises(InvalidReferences, match=r"array 'x', chunk 1 .*offset 9223372036854775808"):
@@ -187,8 +187,8 @@ def test_parquet_reader_refuses_offsets_past_the_bound(tmp_path):
 
 
 def test_packed_reader_refuses_offsets_past_the_bound(tmp_path):
-    from refset.source import MemorySource
-    from refset.tables import ChunkTable
+    from refset.model.memory import MemorySource
+    from refset.model.table import ChunkTable
 
     rs = refset.load(_arrays_at("v"))
     # a table built without the checks of from_tables, as a corrupt or hostile file would decode to
@@ -202,7 +202,7 @@ def test_packed_reader_refuses_offsets_past_the_bound(tmp_path):
         with pytest.raises(InvalidReferences, match=r"array 'v', chunk 1 .*offset 9223372036854775808"):
             refset.save(bad, str(tmp_path / f"out.{fmt}"), format=fmt)
     assert not list(tmp_path.glob("out.*"))
-    from refset.formats._packed import write_packed
+    from refset.formats.packed.file import write_packed
 
     p = tmp_path / "x.refs"
     write_packed(bad, str(p))  # the codec itself holds any uint64: the reader must refuse
@@ -242,7 +242,7 @@ def test_long_whitespace_runs_are_skipped_fast(tmp_path, where):
     for lazy in (False, True):
         assert refset.load(str(p), lazy=lazy).to_dict() == refset.load(doc).to_dict()
     assert time.perf_counter() - t0 < 10  # was 5-40 s per MB, one numpy step per byte
-    from refset.formats._jsonplan import plan_document
+    from refset.formats.json.plan import plan_document
 
     assert plan_document(p.read_bytes()) is not None  # the vectorised reader took it
 
@@ -396,7 +396,7 @@ def test_http_silent_server_times_out_with_retries(served):
 
 
 def test_default_timeouts_end_a_silent_read_within_two_minutes():
-    from refset.fetch import DEFAULT_TIMEOUT, RETRIES, Targets
+    from refset.io.fetch import DEFAULT_TIMEOUT, RETRIES, Targets
 
     t = Targets()
     assert (t.timeout, t.retries) == (DEFAULT_TIMEOUT, RETRIES)
@@ -408,7 +408,7 @@ def test_default_timeouts_end_a_silent_read_within_two_minutes():
 
 def test_check_content_range():
     from refset.errors import ShortRead
-    from refset.fetch import check_content_range
+    from refset.io.fetch import check_content_range
 
     assert check_content_range("u", 2, 6, 206, "bytes 2-5/10", b"abcd") == b"abcd"
     assert check_content_range("u", 2, 6, 206, "bytes 2-5/*", b"abcd") == b"abcd"

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from refset import inline as inline_mod
 from refset.errors import InvalidReferences
-from refset.inline import InlineBytes, concat_inline
-from refset.keys import ChunkGrid
-from refset.tables import INLINE, ChunkTable
+from refset.model import inline as inline_mod
+from refset.model.inline import InlineBytes, concat_inline
+from refset.model.keys import ChunkGrid
+from refset.model.table import INLINE, ChunkTable
 
 
 def _random_values(rng: random.Random, n: int) -> dict[int, bytes]:

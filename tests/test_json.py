@@ -267,7 +267,7 @@ def test_shared_corpus_reference_sets(corpus: Path):
 
 
 def test_large_local_file_is_mapped_not_copied(tmp_path: Path):
-    from refset.formats._io import read_bytes
+    from refset.io.files import read_bytes
 
     d = {"v/.zarray": zarray([60000], [1])}
     for i in range(60000):
@@ -292,7 +292,7 @@ def test_writer_text_is_the_dict_encoded(monkeypatch, tmp_path: Path, block: int
     in the value only (not in the bytes of the next one)."""
     import msgspec
 
-    from refset.formats import _json_v0
+    from refset.formats.json import v0 as _json_v0
 
     monkeypatch.setattr(_json_v0, "WRITE_BLOCK", block)
     monkeypatch.setattr(_json_v0, "SMALL_TABLE", small)  # 0: every array column-wise

@@ -10,10 +10,10 @@ import pytest
 
 import refset
 from refset.errors import InvalidReferences
-from refset.formats._json import from_document
-from refset.formats._json_read import document_problems
-from refset.formats._jsonplan import MIN_SIZE, plan_document
-from refset.formats._jsonscan import QUOTE_BLOCK, Fallback
+from refset.formats.json.generic import from_document
+from refset.formats.json.plan import MIN_SIZE, plan_document
+from refset.formats.json.read import document_problems
+from refset.formats.json.scan import QUOTE_BLOCK, Fallback
 
 from .helpers import zarray
 

@@ -130,7 +130,7 @@ def _packed(tmp_path: Path, refs: dict | None = None) -> Path:
 
 
 def _parts(data: bytes) -> tuple[dict, bytes]:
-    from refset.formats._packed import HEADER, HEADER_SIZE
+    from refset.formats.packed.file import HEADER, HEADER_SIZE
 
     index_size = HEADER.unpack_from(data)[3]
     index = json.loads(zstandard.ZstdDecompressor().decompress(data[HEADER_SIZE : HEADER_SIZE + index_size]))
@@ -139,7 +139,7 @@ def _parts(data: bytes) -> tuple[dict, bytes]:
 
 def _assemble(index: dict | bytes, body: bytes) -> bytes:
     """A packed file with valid CRCs around ``index`` (a dict, or its compressed bytes) and ``body``."""
-    from refset.formats._packed import HEADER, HEADER_SIZE, MAGIC, VERSION
+    from refset.formats.packed.file import HEADER, HEADER_SIZE, MAGIC, VERSION
 
     raw = index if isinstance(index, bytes) else zstandard.ZstdCompressor().compress(json.dumps(index).encode())
     start = HEADER_SIZE + len(raw)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import refset
-from refset.keys import ChunkGrid, grid_from_metadata
-from refset.model import ABSENT, INLINE, RANGE, WHOLE
+from refset.model.keys import ChunkGrid, grid_from_metadata
+from refset.model.refset import ABSENT, INLINE, RANGE, WHOLE
 
 from .helpers import zarr_json, zarray
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import refset
 from refset.errors import InvalidReferences
-from refset.formats._packed import MAGIC, PackedSource, pack
-from refset.model import ReferenceSet
+from refset.formats.packed.file import MAGIC, PackedSource, pack
+from refset.model.refset import ReferenceSet
 
 
 def zarray(shape: list[int], chunks: list[int], sep: str = ".") -> str:
@@ -204,7 +204,7 @@ def reference_sets(draw):
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rs=reference_sets(), seg=st.sampled_from([1, 3, 1 << 18]))
 def test_property_roundtrip(rs, seg):
-    from refset.formats._packed import read_packed
+    from refset.formats.packed.file import read_packed
 
     fs = MemoryFileSystem()
     fs.pipe_file("/prop/x.packed", pack(rs, segment_chunks=seg))
@@ -280,7 +280,7 @@ def test_truncated(tmp_path):
 
 @pytest.mark.parametrize("where", ["header", "index", "urls", "other", "a", "b"])
 def test_corrupted(tmp_path, where):
-    from refset.formats._packed import HEADER, HEADER_SIZE
+    from refset.formats.packed.file import HEADER, HEADER_SIZE
 
     dest, _ = _bench_like(tmp_path)
     data = bytearray(dest.read_bytes())

@@ -17,7 +17,8 @@ import pytest
 
 import refset
 from refset.errors import InvalidReferences, Unsupported
-from refset.formats import _parquet, _parquet_write
+from refset.formats.parquet import reader as _parquet
+from refset.formats.parquet import writer as _parquet_write
 
 from .helpers import zarr_json, zarray
 

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refset
-from refset.formats._json_v0 import dumps_v0
-from refset.formats._v1_writer import dumps_v1
+from refset.formats.json.v0 import dumps_v0
+from refset.formats.json.v1_writer import dumps_v1
 
 from .helpers import zarray
 

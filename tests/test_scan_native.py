@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import refset
-from refset.scan import hdf5 as H
+from refset.scan.hdf5 import scanner as H
 
 h5py = pytest.importorskip("h5py")
 
@@ -208,8 +208,8 @@ def test_files_of_one_layout_reuse_parsed_headers_exactly(tmp_path: Path, n_attr
     """Headers parsed for one file serve the next file that repeats their bytes outside the data
     addresses; its own data addresses, attribute values and variable-length strings are read. The
     metadata texts made from them are kept per header and what else they were read from."""
-    from refset.scan import _h5meta as m
-    from refset.scan._h5native import open_native
+    from refset.scan.hdf5 import meta as m
+    from refset.scan.hdf5.native import open_native
 
     paths = []
     for day in (1, 2, 3):
@@ -256,7 +256,7 @@ def _h5py_scan_in_child(path: Path) -> tuple[str, object] | None:
     import sys
 
     code = ("import json, sys, warnings; warnings.simplefilter('ignore'); import refset; "
-            "from refset.scan import hdf5 as H; H.native_enabled = False\n"
+            "from refset.scan.hdf5 import scanner as H; H.native_enabled = False\n"
             "try:\n    print(json.dumps(['ok', refset.scan(sys.argv[1], inline_threshold=0).to_dict()], default=repr))\n"
             "except Exception as e:\n    print(json.dumps(['error', f'{type(e).__name__}: {e}']))")
     try:
@@ -320,7 +320,7 @@ def test_metadata_checksum_matches_libhdf5s_on_every_tail_length() -> None:
     every length modulo 12, and on the known value of the empty input."""
     import os
 
-    from refset.scan import _h5meta as m
+    from refset.scan.hdf5 import meta as m
 
     c = m._libhdf5_lookup3()
     assert c is not None, "H5_checksum_lookup3 not found through h5py"
@@ -342,7 +342,7 @@ def test_local_scan_imports_neither_fsspec_nor_h5py(tmp_path: Path) -> None:
     _daily_file(home / "day.nc", 1)
     code = (
         "import json, sys, refset\n"
-        "from refset.scan import hdf5, _h5meta\n"
+        "from refset.scan.hdf5 import meta as _h5meta, scanner as hdf5\n"
         "rs = refset.scan('~/day.nc')\n"
         "print(json.dumps([hdf5.native_fallbacks, _h5meta._checksum in (None, _h5meta.lookup3),\n"
         "                  sorted(m for m in ('fsspec', 'h5py') if m in sys.modules),\n"
@@ -405,7 +405,7 @@ def _amplified(tmp_path: Path, kind: str) -> Path:
     20,000 claimed chunks from 0.66 MB."""
     import struct
 
-    from refset.scan import _h5meta as m
+    from refset.scan.hdf5 import meta as m
 
     src = tmp_path / "src.h5"
     with h5py.File(src, "w", libver="earliest") as f:

@@ -369,7 +369,7 @@ def test_sizes_past_int64_are_refused_not_wrapped(tmp_path: Path) -> None:
 
 
 def _header(p: Path):
-    from refset.scan.netcdf3 import read_header
+    from refset.scan.netcdf3.scanner import read_header
 
     with open(p, "rb") as f:
         return read_header(f, p.stat().st_size, str(p))

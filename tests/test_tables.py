@@ -13,8 +13,8 @@ import pytest
 
 import refset
 from refset.errors import InvalidReferences, Unsupported
-from refset.keys import ChunkGrid
-from refset.tables import ABSENT, INLINE, RANGE, ChunkTable, KeyTable, concat_tables, union_urls
+from refset.model.keys import ChunkGrid
+from refset.model.table import ABSENT, INLINE, RANGE, ChunkTable, KeyTable, concat_tables, union_urls
 
 from .servedata import raw_array_set
 

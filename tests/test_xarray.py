@@ -11,7 +11,7 @@ import xarray as xr
 from fsspec.implementations.reference import ReferenceFileSystem as FsspecRFS
 
 import refset
-from refset.xarray_backend import RefsetBackendEntrypoint
+from refset.serve.xarray import RefsetBackendEntrypoint
 
 from .httpserver import RangeServer
 from .servedata import kerchunk_refs, write_netcdf, write_zarr, zarr_dir_refs
@@ -87,7 +87,7 @@ def test_guess_can_open(tmp_path) -> None:
     assert not e.guess_can_open("data.nc") and not e.guess_can_open({"a": 1})
     p = tmp_path / "noext"
     p.write_bytes(b"RFSPACK\x00rest")
-    assert e.guess_can_open(os.fspath(p)) == (refset.formats._packed.MAGIC == b"RFSPACK\x00")
+    assert e.guess_can_open(os.fspath(p)) == (refset.formats.packed.file.MAGIC == b"RFSPACK\x00")
 
 
 def test_http_with_options(tmp_path) -> None:

@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING, Any
 from refset.combine import combine
 from refset.errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
 from refset.formats import load, save
-from refset.formats._templates import TemplateLimits, set_template_limits
-from refset.keys import ChunkGrid
-from refset.limits import Limits, set_limits
-from refset.model import ReferenceSet
+from refset.formats.json.templates import TemplateLimits, set_template_limits
+from refset.model.keys import ChunkGrid
+from refset.model.refset import ReferenceSet
+from refset.model.table import ChunkTable, KeyTable, concat_tables, union_urls
+from refset.model.transforms import rename_urls
+from refset.options import Limits, set_limits
 from refset.scan import scan
-from refset.tables import ChunkTable, KeyTable, concat_tables, union_urls
-from refset.transforms import rename_urls
 
 if TYPE_CHECKING:
-    from refset.fs import ReferenceFileSystem
-    from refset.zarr_store import ZarrStore
+    from refset.serve.fsspec import ReferenceFileSystem
+    from refset.serve.zarr import ZarrStore
 
 __version__ = "0.1.0"
 
@@ -52,19 +52,19 @@ __all__ = [
 
 
 def open_dataset(source: Any, **kwargs: Any) -> Any:
-    """Open a reference set as an ``xarray.Dataset`` (see :mod:`refset.xarray_backend`)."""
-    from refset.xarray_backend import open_dataset as _open
+    """Open a reference set as an ``xarray.Dataset`` (see :mod:`refset.serve.xarray`)."""
+    from refset.serve.xarray import open_dataset as _open
 
     return _open(source, **kwargs)
 
 
 def __getattr__(name: str) -> Any:
     if name == "ReferenceFileSystem":
-        from refset.fs import ReferenceFileSystem
+        from refset.serve.fsspec import ReferenceFileSystem
 
         return ReferenceFileSystem
     if name == "ZarrStore":
-        from refset.zarr_store import ZarrStore
+        from refset.serve.zarr import ZarrStore
 
         return ZarrStore
     raise AttributeError(f"module 'refset' has no attribute {name!r}")

@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from refset.combine._combiner import Combiner
-from refset.combine._coords import coordinates
-from refset.combine._docs import NotBatch, read_documents
-from refset.combine._inputs import Inputs
+from refset.combine.coords import coordinates
+from refset.combine.inputs import Inputs
+from refset.combine.placement import Combiner
 from refset.errors import InvalidReferences
-from refset.model import ReferenceSet
+from refset.formats.json.batch import NotBatch, read_documents
+from refset.model.refset import ReferenceSet
 from refset.scan import UnusedDropWarning
 
 __all__ = ["combine", "open_input"]
@@ -80,7 +80,7 @@ def combine(
     if not items:
         raise InvalidReferences("combine: no inputs")
     if client is not None:
-        from refset.combine._dask import combine_on_cluster
+        from refset.combine.cluster import combine_on_cluster
 
         items = [absolute(x) for x in items]  # the workers' working directory is not ours
         out = combine_on_cluster(client, items, dims=dims, identical=list(identical_dims),
@@ -157,8 +157,8 @@ def expand_lists(items: list[Any]) -> list[Any]:
 def _json_list(url: str) -> list[Any] | None:
     """The list a local JSON file holds, when it holds one (its first bytes tell, read through its
     compression), else None."""
-    from refset.formats._io import decompress, is_local, local_path
     from refset.formats.registry import GZIP_MAGIC, ZSTD_MAGIC
+    from refset.io.files import decompress, is_local, local_path
 
     if not is_local(url):
         return None
@@ -241,8 +241,8 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
 
 def _is_data_file(url: str, so: Mapping[str, Any]) -> bool:
     """NetCDF/HDF5 by magic bytes (an HDF5 user block too)."""
-    from refset.formats._local import is_local, local_path
     from refset.formats.registry import data_format, file_reader, is_data_file, starts_like_refs
+    from refset.io.local import is_local, local_path
 
     if is_local(url, so):  # the common case, without fsspec's per-call cost
         local = local_path(url)

@@ -1,6 +1,6 @@
 """Reading and writing reference sets: one module per on-disk form, one registry (:mod:`.registry`).
 
-Readers produce a :class:`~refset.source.Source`; :func:`load` wraps it in a
+Readers produce a :class:`~refset.abc.source.Source`; :func:`load` wraps it in a
 :class:`~refset.ReferenceSet` that remembers how to reopen it (pickling). Writers receive the set
 with every table read, so conversion is load + save from any form to any form.
 """
@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from refset.errors import InvalidReferences, Unsupported
-from refset.formats._local import is_local, local_path
 from refset.formats.registry import FORMATS, by_name, detect, detect_with_head, for_dest
-from refset.model import ReferenceSet, check_bounds
+from refset.io.local import is_local, local_path
+from refset.model.refset import ReferenceSet, check_bounds
 
 __all__ = ["load", "save", "detect_format", "Format", "FORMATS"]
 
@@ -53,13 +53,13 @@ def load(
     if isinstance(source, ReferenceSet):
         rs = source
     elif not isinstance(source, str | os.PathLike) and isinstance(source, Mapping):
-        from refset.formats._json import from_document
+        from refset.formats.json.generic import from_document
 
         _json_options(options, "a mapping")
         options.pop("lazy", None)
         rs = from_document(source, **options)
     elif isinstance(source, bytes | bytearray | memoryview):
-        from refset.formats._json_read import json_source
+        from refset.formats.json.read import json_source
 
         _json_options(options, "JSON text")
         rs = ReferenceSet(json_source([bytes(source)], **options))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from refset.errors import InvalidOption, InvalidReferences, Unsupported
-from refset.formats._local import is_local, local_path
+from refset.io.local import is_local, local_path
 
 __all__ = ["Option", "FormatSpec", "FORMATS", "by_name", "for_dest", "detect", "looks_like_refs",
            "detect_with_head", "HEAD_SIZE", "PACKED_MAGIC", "GZIP_MAGIC", "ZSTD_MAGIC", "COMPRESSION_SUFFIXES",
@@ -89,7 +89,7 @@ def _refuse_zmetadata(source: str, storage_options: Mapping[str, Any] | None) ->
     """A ``.zmetadata`` file given for its set (parquet) or store (zarr): name the directory to give."""
     import json
 
-    from refset.formats._io import read_bytes
+    from refset.io.files import read_bytes
 
     directory = source.rstrip("/").rsplit("/", 1)[0] if "/" in source.rstrip("/") else "."
     try:
@@ -235,7 +235,7 @@ class FormatSpec:
 
     def read(self, source: str, *, storage_options: Mapping[str, Any] | None = None,
              head: bytes | None = None, **options: Any) -> Any:
-        """The :class:`~refset.source.Source` of ``source``; ``head``: its first bytes when already
+        """The :class:`~refset.abc.source.Source` of ``source``; ``head``: its first bytes when already
         read (detection), which the reader uses instead of reading them again."""
         return self._fn(self.reader, "read")(source, storage_options=storage_options, head=head,
                                              **options)
@@ -248,13 +248,13 @@ class FormatSpec:
 _F = "refset.formats."
 FORMATS: dict[str, FormatSpec] = {
     f.name: f for f in (
-        FormatSpec("json", "Version 0 JSON (.gz/.zst compress)", _F + "_json_read:read_json",
-                   _F + "_json_v0:write_json", (".json",), (b"{", GZIP_MAGIC, ZSTD_MAGIC)),
-        FormatSpec("v1", "Version 1 JSON with templates (gen=True: and gen)", _F + "_json_read:read_json",
-                   _F + "_v1_writer:write_v1", (".v1.json",),
+        FormatSpec("json", "Version 0 JSON (.gz/.zst compress)", _F + "json.read:read_json",
+                   _F + "json.v0:write_json", (".json",), (b"{", GZIP_MAGIC, ZSTD_MAGIC)),
+        FormatSpec("v1", "Version 1 JSON with templates (gen=True: and gen)", _F + "json.read:read_json",
+                   _F + "json.v1_writer:write_v1", (".v1.json",),
                    options=(Option("gen", bool, "add gen entries for regular runs of chunks"),)),
-        FormatSpec("parquet", "fsspec's parquet layout (a directory)", _F + "_parquet:read_parquet",
-                   _F + "_parquet_write:write_parquet", (".parq", ".parquet"), directory=True,
+        FormatSpec("parquet", "fsspec's parquet layout (a directory)", _F + "parquet.reader:read_parquet",
+                   _F + "parquet.writer:write_parquet", (".parq", ".parquet"), directory=True,
                    options=(
                        Option("record_size", int, "chunks per record file", minimum=1),
                        Option("categorical_threshold", float, "dictionary-encode paths above this many "
@@ -265,8 +265,8 @@ FORMATS: dict[str, FormatSpec] = {
                        Option("compression_level", int, "codec level (zstd 1-22, gzip 1-9, brotli 0-11)",
                               minimum=0, maximum=22, none_ok=True),
                    )),
-        FormatSpec("packed", "refset's packed binary form", _F + "_packed:read_packed",
-                   _F + "_packed:write_packed", (".packed", ".refs", ".rfs"), (PACKED_MAGIC,),
+        FormatSpec("packed", "refset's packed binary form", _F + "packed.file:read_packed",
+                   _F + "packed.file:write_packed", (".packed", ".refs", ".rfs"), (PACKED_MAGIC,),
                    options=(Option("level", int, "zstd level of every block", minimum=1, maximum=22),
                             Option("segment_chunks", int, "chunk-grid cells per segment", minimum=1))),
     )
@@ -355,7 +355,7 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
         return (FORMATS["packed"] if head.startswith(PACKED_MAGIC) else FORMATS["json"]), None
     import fsspec
 
-    from refset.formats._io import reading_options
+    from refset.io.files import reading_options
 
     fs, path = fsspec.core.url_to_fs(source, **reading_options(source, storage_options))
     path = path.rstrip("/")
@@ -385,7 +385,7 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
     except Exception:
         if has_zmetadata():
             return FORMATS["parquet"], None
-        from refset.formats._io import remote_leftovers
+        from refset.io.files import remote_leftovers
 
         if remote_leftovers(fs, path):  # a write killed while copying its tree into place left it
             return FORMATS["parquet"], None

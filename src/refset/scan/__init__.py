@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from refset.errors import Unsupported
-from refset.formats._local import is_local, local_path
 from refset.formats.registry import ZARR_STORE_FILES, data_format, file_reader, starts_like_refs
-from refset.model import ReferenceSet
-from refset.scan._file import HEAD_BYTES, ScanFile, is_local_fs
+from refset.io.local import is_local, local_path
+from refset.model.refset import ReferenceSet
+from refset.scan.file import HEAD_BYTES, ScanFile, is_local_fs
 
 __all__ = ["scan", "INLINE_THRESHOLD", "detect_format", "UnusedDropWarning"]
 
@@ -147,14 +147,14 @@ def scan(
             raise Unsupported(f"{url}: {e}") from None
         f.seek(0)
         if kind == "hdf5":
-            from refset.scan.hdf5 import scan_hdf5
+            from refset.scan.hdf5.scanner import scan_hdf5
 
             writer = scan_hdf5(f, ref, inline_threshold=inline_threshold, group=group,
                                drop=drop, subchunk=subchunk, **options)
         else:
             if group not in (None, "", "/"):
                 raise Unsupported(f"group={group!r}: NetCDF3 files have no groups")
-            from refset.scan.netcdf3 import scan_netcdf3
+            from refset.scan.netcdf3.scanner import scan_netcdf3
 
             writer = scan_netcdf3(f, ref, sf.size, inline_threshold=inline_threshold,
                                   drop=drop, subchunk=subchunk, **options)

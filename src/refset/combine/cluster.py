@@ -1,0 +1,193 @@
+"""``combine`` on a Dask cluster: a tree reduction of small columnar sets.
+
+1. The inputs are opened (or scanned) on the workers, a group per task, where their sets stay;
+   only their coordinate values come back to the client (a few numbers per input).
+2. The client orders the inputs by coordinate (CF times compared in the first input's units) and
+   cuts the order into batches of contiguous coordinates (with several concat dims, a batch varies
+   only along the last).
+3. Each batch is combined on a worker into an intermediate set (its sets in input order, so "the
+   first input" means what it means in one process), whose inputs are then released;
+   intermediates are combined the same way, ``batch`` at a time, until one set is left, which comes
+   back to the client. No process ever holds every input set.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from refset.combine.coords import coordinates, is_cf_time, reencode
+from refset.combine.inputs import Inputs
+from refset.combine.placement import Combiner
+from refset.model.refset import ReferenceSet
+
+__all__ = ["combine_on_cluster", "BATCH"]
+
+#: Inputs (or intermediate sets) combined by one task.
+BATCH = 64
+
+
+@dataclass(frozen=True)
+class _AtIndex:
+    """A ``coo_map`` callable called with the input's index in the whole combine, not the batch's."""
+
+    fn: Callable[[int, ReferenceSet, str], Any]
+    index: int
+
+    def __call__(self, _: int, rs: ReferenceSet, name: str) -> Any:
+        return self.fn(self.index, rs, name)
+
+
+def _one_input(sel: Any, i: int) -> Any:
+    """Selector ``sel`` for input ``i`` alone: list values and ``INDEX`` become that input's value."""
+    if isinstance(sel, str):
+        return [i] if sel == "INDEX" else sel
+    if callable(sel) and not hasattr(sel, "search"):
+        return _AtIndex(sel, i)
+    if isinstance(sel, Sequence | np.ndarray) and not isinstance(sel, str):
+        return [sel[i]]
+    return sel  # a compiled regex, or something coordinates() names as not a selector
+
+
+def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]], dims: Sequence[str],
+                coo_dtypes: Mapping[str, Any], so: Mapping[str, Any], ro: Mapping[str, Any],
+                preprocess: Callable[..., ReferenceSet] | None,
+                scan_options: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[set[str]]]:
+    """Inputs ``start...`` opened (scanned, with ``scan_options``) with ``so``, each one's coordinate
+    values and attributes (data read with ``ro``), and the names to drop each one lacked."""
+    from refset.combine import open_input
+    from refset.scan import UnusedDropWarning
+
+    sets, coords, unused = [], [], []
+    for k, x in enumerate(xs):
+        with warnings.catch_warnings(record=True) as caught:  # reported once, by the client
+            warnings.simplefilter("always", UnusedDropWarning)
+            rs, name = open_input(x, start + k, storage_options=so, scan_options=scan_options)
+        unused.append(set().union(*(w.message.names for w in caught if isinstance(w.message, UnusedDropWarning))))
+        if preprocess is not None:
+            rs = preprocess(rs)
+        sets.append((rs, name))
+        coords.append([(c.per_input[0], c.attrs) for c in coordinates(
+            Inputs.from_sets([rs], [name]), dims, maps[k], coo_dtypes, ro)])
+    return sets, coords, unused
+
+
+def _coords_part(group: tuple[list[Any], list[Any], list[set[str]]]) -> bytes:
+    """The group's coordinates and unused drops, pickled into one message frame (distributed sends
+    each numpy array of a result as a frame of its own: ~5 ms per 100 of them)."""
+    return _frame((group[1], group[2]))
+
+
+def _combine_picked(groups: Sequence[tuple[list[Any], list[Any], list[set[str]]]], picks: Sequence[tuple[int, int]],
+                    *args: Any) -> bytes:
+    return _combined([groups[g][0][j] for g, j in picks], *args)
+
+
+def _combine_batch(parts: Sequence[bytes], *args: Any) -> bytes:
+    return _combined([pickle.loads(p) for p in parts], *args)
+
+
+def _combined(parts: Sequence[tuple[ReferenceSet, str]], dims: Sequence[str], identical: Sequence[str],
+              coo_map: Mapping[str, Any], coo_dtypes: Mapping[str, Any], target: Mapping[str, Mapping[str, Any]],
+              check: bool, so: Mapping[str, Any], name: str) -> bytes:
+    """The combined set of ``parts`` and ``name``, pickled: one message frame, where distributed
+    would send each column of each table as a frame of its own."""
+    inputs = Inputs.from_sets([p[0] for p in parts], [p[1] for p in parts])
+    coords = coordinates(inputs, dims, coo_map, coo_dtypes, so, target=target)
+    return _frame((Combiner(inputs, coords, set(identical), check, so).build(), name))
+
+
+def _frame(obj: Any) -> bytes:
+    """``obj`` pickled (by cloudpickle when plain pickle cannot: values of classes defined in
+    ``__main__``, as distributed itself does)."""
+    try:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        import cloudpickle
+
+        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str], identical: Sequence[str],
+                       coo_map: Mapping[str, Any], coo_dtypes: Mapping[str, Any],
+                       preprocess: Callable[..., ReferenceSet] | None, check: bool,
+                       so: Mapping[str, Any], ro: Mapping[str, Any] | None = None, batch: int = BATCH,
+                       progress: Callable[[int], Any] | None = None,
+                       scan_options: Mapping[str, Any] | None = None) -> ReferenceSet:
+    if batch < 2:
+        raise ValueError(f"batch_size: must be at least 2, got {batch}")
+    n = len(items)
+    items = list(items)
+    ro = so if ro is None else ro  # combining reads data only (coordinate values)
+    maps = [{d: _one_input(s, i) for d, s in coo_map.items()} for i in range(n)]
+    # inputs opened a group per task (a task costs ~ms of scheduling: as much as a scan)
+    threads = sum(client.nthreads().values()) or 1
+    size = max(1, min(batch, -(-n // (4 * threads))))
+    groups = [client.submit(_open_group, items[s:s + size], s, maps[s:s + size], dims, coo_dtypes, so, ro,
+                            preprocess, dict(scan_options or {}), pure=False) for s in range(0, n, size)]
+    pending = [client.submit(_coords_part, g, pure=False) for g in groups]
+    if progress is not None:
+        from distributed import as_completed
+
+        for f in as_completed(pending):
+            progress(min(size, n - size * pending.index(f)))
+    from refset.combine import _warn_unused
+
+    parts = [pickle.loads(p) for p in client.gather(pending)]
+    info = [c for part, _ in parts for c in part]
+    _warn_unused([u for _, us in parts for u in us])
+    target = {d: info[0][k][1] for k, d in enumerate(dims) if is_cf_time(info[0][k][1])}
+    keys = []
+    for k, d in enumerate(dims):
+        vals = [v[k][0] for v in info]
+        if d in target:
+            vals = reencode(vals, [v[k][1] for v in info], target[d], [str(i) for i in range(n)], d, d)
+        keys.append(np.array([v[0] if v.size else 0 for v in vals]))
+    order = np.lexsort(keys[::-1]).tolist()
+    # Batches are cut in coordinate order, never across a value of the dims before the one being
+    # reduced; within a batch the sets go in input order, so that whatever "the first input" gives
+    # (group attributes, variables off the concat dims) is what the in-process combine takes.
+    lead = len(dims) - 1
+    level: list[tuple[int, tuple[Any, ...], Any]] = []  # (first input, leading values, future)
+    for run in _runs(order, [tuple(k[i] for k in keys[:lead]) for i in range(n)], batch):
+        run = sorted(run)
+        sel = {d: coo_map[d] if _is_data(coo_map.get(d)) else [info[i][k][0] for i in run]
+               for k, d in enumerate(dims) if d in coo_map}
+        used = sorted({i // size for i in run})
+        picks = [(used.index(i // size), i % size) for i in run]
+        level.append((run[0], tuple(k[run[0]] for k in keys[:lead]), client.submit(
+            _combine_picked, [groups[g] for g in used], picks, dims, identical, sel, coo_dtypes, target,
+            check, ro, f"inputs {run[0]}..{run[-1]}", pure=False)))
+    del groups, pending  # each group of input sets is released once its batches are combined
+    for axis in range(lead, -1, -1):  # the last dim first, then the one before it...
+        while len({e[1][:axis] for e in level}) < len(level):
+            nxt = []
+            for run in _runs(list(range(len(level))), [e[1][:axis] for e in level], batch):
+                parts = sorted((level[j] for j in run), key=lambda e: e[0])
+                nxt.append((parts[0][0], level[run[0]][1], client.submit(
+                    _combine_batch, [e[2] for e in parts], dims, identical, {}, coo_dtypes, target,
+                    check, ro, f"part of inputs {parts[0][0]}...", pure=False)))
+            level = nxt
+    return pickle.loads(client.gather(level[0][2]))[0]
+
+
+def _is_data(sel: Any) -> bool:
+    return sel is None or (isinstance(sel, str) and sel.split(":", 1)[0] in ("data", "cf"))
+
+
+def _runs(order: list[int], group: Sequence[Any], batch: int) -> list[list[int]]:
+    """``order`` cut into batches of at most ``batch`` whose members share ``group[i]``."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        if cur and (len(cur) == batch or group[i] != group[cur[0]]):
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    out.append(cur)
+    return out

@@ -1,0 +1,354 @@
+"""Byte scanning for the vectorised JSON reader: numpy passes over the text, never a Python object per
+reference.
+
+String boundaries come from the quote positions; integers are parsed eight digits at a time (SWAR on
+unaligned 64-bit words); chunk indices are read from a key's tail; runs of identical byte spans are
+found without decoding them. Anything unexpected raises :class:`Fallback`, and the caller hands the
+document to the generic parser, which reports problems precisely.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from refset.parallel import parallel_map
+
+__all__ = [
+    "Fallback", "words", "skip_ws", "parse_uints", "same_spans", "decode_string", "key_tails", "quotes",
+    "tails_in_grid",
+    "digits_end", "check_end", "word", "byte_lt", "top_byte", "masked", "swar8", "is_digits",
+    "WS", "U8", "HI", "ZEROS", "LOW8", "QUOTE_BLOCK",
+]
+
+WS = np.zeros(256, bool)
+WS[[9, 10, 13, 32]] = True
+U8 = np.uint64
+HI = U8(0x8080808080808080)
+_LO7 = U8(0x7F7F7F7F7F7F7F7F)
+ZEROS = U8(0x3030303030303030)
+
+
+class Fallback(Exception):
+    """The document needs the generic parser."""
+
+
+def words(data: bytes) -> np.ndarray:
+    """``w[i]`` = the 8 bytes starting at ``i`` as a little-endian uint64 (unaligned view)."""
+    return np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+
+
+def byte_lt(w: np.ndarray, n: int) -> np.ndarray:
+    """0x80 in each byte of ``w`` whose value is < n (n <= 128)."""
+    return ~((w & _LO7) + U8((128 - n) * 0x0101010101010101)) & ~w & HI
+
+
+def top_byte(flags: np.ndarray) -> np.ndarray:
+    """Index (0..7) of the highest flagged byte; -1 when none."""
+    exp = np.frexp(flags.astype(np.float64))[1].astype(np.int64)  # bit_length
+    return (exp - 1) // 8
+
+
+def skip_ws(a: np.ndarray, pos: np.ndarray, step: int) -> np.ndarray:
+    """First non-whitespace position at or after ``pos`` (``step`` 1; at or before it with -1);
+    Fallback when the text ends first or a control character stands outside strings."""
+    if pos.size and pos[-1] >= a.size:  # positions ascend
+        raise Fallback
+    idx = np.flatnonzero(a[pos] <= 32)
+    if not idx.size:
+        return pos
+    pos = pos.copy()
+    for _ in range(SHORT_WS):  # the usual indentation: a few bytes, one numpy step each
+        c = a[pos[idx]]
+        if not WS[c].all():
+            raise Fallback  # a control character outside strings is not JSON
+        pos[idx] += step
+        if pos[idx].max() >= a.size or pos[idx].min() < 0:
+            raise Fallback
+        idx = idx[a[pos[idx]] <= 32]
+        if not idx.size:
+            return pos
+    pos[idx] = _skip_runs(a, pos[idx], step)
+    return pos
+
+
+SHORT_WS = 8  # whitespace runs longer than this are skipped window by window (_skip_runs)
+_WS_BUDGET = 1 << 24  # bytes gathered per step of _skip_runs
+
+
+def _skip_runs(a: np.ndarray, p: np.ndarray, step: int) -> np.ndarray:
+    """:func:`skip_ws` for positions inside long whitespace runs: each step gathers a window of bytes
+    per position and finds the run's end in it; windows double, so a run of n bytes takes
+    log2(n) numpy steps, never a step per byte."""
+    from numpy.lib.stride_tricks import as_strided
+
+    out = p.copy()
+    live = np.arange(p.size)
+    width = 64
+    while live.size:
+        width = int(min(width, a.size, max(64, _WS_BUDGET // live.size)))
+        view = as_strided(a, shape=(a.size - width + 1, width), strides=(1, 1))
+        cur = out[live]
+        if step > 0:
+            s = np.minimum(cur, a.size - width)
+            w = ~WS[view[s]]
+            w &= np.arange(width) >= (cur - s)[:, None]  # bytes before the position do not count
+            found = w.any(axis=1)
+            hit = s + np.argmax(w, axis=1)
+            ended = ~found & (s + width >= a.size)
+            nxt = s + width
+        else:
+            s = np.maximum(cur - width + 1, 0)
+            w = ~WS[view[s]]
+            w &= np.arange(width) <= (cur - s)[:, None]  # bytes after the position do not count
+            found = w.any(axis=1)
+            hit = s + width - 1 - np.argmax(w[:, ::-1], axis=1)
+            ended = ~found & (s == 0)
+            nxt = s - 1
+        if ended.any():
+            raise Fallback
+        out[live[found]] = hit[found]
+        out[live[~found]] = nxt[~found]
+        live = live[~found]
+        width *= 2
+    if np.any(a[out] <= 32):
+        raise Fallback  # a control character outside strings is not JSON
+    return out
+
+
+def swar8(w: np.ndarray) -> np.ndarray:
+    x = w - ZEROS
+    x = (x * U8(10) + (x >> U8(8))) & U8(0x00FF00FF00FF00FF)
+    x = (x * U8(100) + (x >> U8(16))) & U8(0x0000FFFF0000FFFF)
+    return (x * U8(10000) + (x >> U8(32))) & U8(0xFFFFFFFF)
+
+
+# _LOW[n]: the low 8-n bytes of a word (the bytes before its last n), for n = 0..8
+_LOW = np.array([(1 << (8 * (8 - n))) - 1 if n else (1 << 64) - 1 for n in range(9)], np.uint64)
+
+
+def masked(w: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Keep the last ``n`` (0..8) bytes of each word, the others become '0'."""
+    low = _LOW[np.clip(n, 0, 8)]
+    return (w & ~low) | (ZEROS & low)
+
+
+def is_digits(w: np.ndarray) -> np.ndarray:
+    hi_ok = (w & U8(0xF0F0F0F0F0F0F0F0)) == ZEROS
+    lo_ok = (((w & U8(0x0F0F0F0F0F0F0F0F)) + U8(0x0606060606060606)) & U8(0xF0F0F0F0F0F0F0F0)) == 0
+    return hi_ok & lo_ok
+
+
+def parse_uints(W: np.ndarray, a: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Decimal integers in spans [s, e) of 1..16 digits; raises Fallback on anything else."""
+    n = e - s
+    if n.size == 0:
+        return np.zeros(0, np.uint64)
+    if n.min() < 1 or n.max() > 16 or e.min() < 16:
+        raise Fallback
+    if np.any((a[s] == 48) & (n > 1)):
+        raise Fallback  # leading zeros are not JSON
+    n_lo = np.minimum(n, 8)
+    lo = masked(W[e - 8], n_lo)
+    hi = masked(W[e - 16], n - n_lo)
+    if not (np.all(is_digits(lo)) and np.all(is_digits(hi))):
+        raise Fallback
+    return swar8(hi) * U8(100_000_000) + swar8(lo)
+
+
+def same_spans(a: np.ndarray, s: np.ndarray, e: np.ndarray, W: np.ndarray | None = None) -> np.ndarray:
+    """``same[i]``: span i has the same bytes as span i-1 (``same[0]`` False)."""
+    from numpy.lib.stride_tricks import as_strided
+
+    n = e - s
+    same = np.zeros(n.size, bool)
+    if n.size < 2:
+        return same
+    if W is not None and e.max() <= W.size:  # (spans in the text's last 7 bytes: gathered below)
+        return _same_words(W, s, n)
+    if n.min() == n.max():
+        groups = [np.arange(n.size)]
+    else:
+        order = np.argsort(n, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(n[order])) + 1)
+    for rows in groups:
+        # spans of one length are gathered once as fixed-width rows; a row equal to the row
+        # before it (which then has the same length) is the same string
+        L = int(n[rows[0]])
+        if rows.size < 2:
+            continue
+        hit = np.zeros(rows.size, bool)
+        if L == 0:
+            hit[1:] = True
+        else:
+            view = as_strided(a, shape=(a.size - L + 1, L), strides=(1, 1))
+            x = view[s[rows]]
+            hit[1:] = (x[1:] == x[:-1]).all(axis=1)
+        hit[1:] &= rows[1:] == rows[:-1] + 1
+        same[rows] = hit
+    return same
+
+
+_FIRST = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], np.uint64)  # first k bytes
+
+
+def _same_words(W: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """:func:`same_spans` eight bytes at a time: a span is compared with the one before it while they
+    agree (every word read lies within the text: the spans end by ``W.size``)."""
+    same = np.zeros(n.size, bool)
+    cand = np.flatnonzero(n[1:] == n[:-1]) + 1
+    o = 0
+    while cand.size:
+        left = n[cand] - o
+        done = left <= 0
+        same[cand[done]] = True
+        cand, left = cand[~done], left[~done]
+        mask = _FIRST[np.minimum(left, 8)]
+        cand = cand[(W[s[cand] + o] & mask) == (W[s[cand - 1] + o] & mask)]
+        o += 8
+    return same
+
+
+def decode_string(data: bytes, s: int, e: int) -> str:
+    """The JSON string whose raw text (without quotes) is ``data[s:e]``; Fallback if invalid."""
+    import msgspec
+
+    try:
+        return str(msgspec.json.decode(b'"' + data[s:e] + b'"'))
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        raise Fallback from None
+
+
+def key_tails(
+    W: np.ndarray, a: np.ndarray, ks: np.ndarray, ke: np.ndarray, maxdim: int = 32
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Parse ``prefix/i.j.k`` from key spans: (prefix end, ndim, [last index, second last, ...]).
+
+    ndim 0 means "not a dotted chunk key"; the prefix end is the position of the '/' (or the key
+    start for a key of digits only).
+    """
+    N = ks.size
+    ndim = np.zeros(N, np.int64)
+    pend = ks.copy()
+    idx: list[np.ndarray] = []
+    active = np.arange(N)
+    end = ke.copy()
+    for d in range(maxdim):
+        if active.size == 0:
+            break
+        e = end[active]
+        kst = ks[active]
+        w = W[np.maximum(e - 8, 0)]
+        bad = ~byte_lt(w ^ ZEROS, 10) & HI
+        top = top_byte(bad)  # highest non-digit byte; -1 if all 8 are digits
+        nd = 7 - top
+        # the separator and the first digit are bytes of the same word: no gathers
+        shift = (top.clip(0) * 8).astype(np.uint64)
+        sep = ((w >> shift) & U8(0xFF)).astype(np.uint8)
+        first = ((w >> np.minimum(shift + U8(8), U8(56))) & U8(0xFF)).astype(np.uint8)
+        start = e - nd
+        at_key_start = start <= kst  # the key's opening quote is the "separator"
+        good = (top >= 0) & (nd >= 1) & (start >= kst) & ~((first == 48) & (nd > 1))
+        val = swar8(masked(w, nd))
+        cont = good & (sep == 46) & ~at_key_start
+        stop_slash = good & (sep == 47) & ~at_key_start
+        stop_root = good & (start == kst)
+        col = np.full(N, -1, np.int64)
+        col[active[good]] = val[good].astype(np.int64)
+        idx.append(col)
+        done = stop_slash | stop_root
+        dr = active[done]
+        ndim[dr] = d + 1
+        pend[dr] = np.where(stop_slash[done], start[done] - 1, ks[dr])
+        end[active[cont]] = start[cont] - 1
+        active = active[cont]
+    return pend, ndim, idx
+
+
+def tails_in_grid(ndim: np.ndarray, idx: list[np.ndarray], rows: np.ndarray, shape: tuple[int, ...],
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Of ``rows`` (whose key tails :func:`key_tails` parsed into ``ndim`` and ``idx``), those that
+    name a chunk of a grid of chunk-grid ``shape`` (ndim >= 1), and their flat indices."""
+    if len(shape) > len(idx):  # no key has that many indices
+        return rows[:0], np.zeros(0, np.int64)
+    good = ndim[rows] == len(shape)
+    for d, n in enumerate(reversed(shape)):
+        v = idx[d][rows]
+        good &= (v >= 0) & (v < n)
+    rows = rows[good]
+    flat = np.ravel_multi_index(tuple(idx[d][rows] for d in reversed(range(len(shape)))), shape)
+    return rows, flat.astype(np.int64)
+
+
+QUOTE_BLOCK = 1 << 22  # bytes scanned per task: its temporaries stay small and are reused
+
+
+def quotes(data: bytes, a: np.ndarray) -> np.ndarray:
+    """Positions of the unescaped quotes."""
+    dt = np.int32 if a.size < 2**31 - 64 else np.int64
+
+    def scan(o: int) -> np.ndarray:
+        q = np.flatnonzero(a[o : o + QUOTE_BLOCK] == 34).astype(dt) + dt(o)
+        cand = np.flatnonzero(a[np.maximum(q - 1, 0)] == 92)  # quotes after a backslash
+        if not cand.size:
+            return q
+        # a quote is escaped when an odd number of backslashes precede it
+        count = np.ones(cand.size, np.int64)
+        cur = q[cand].astype(np.int64) - 1
+        live = np.arange(cand.size)
+        while live.size:
+            prev = cur[live] - 1
+            more = (prev >= 0) & (a[np.maximum(prev, 0)] == 92)
+            live = live[more]
+            cur[live] -= 1
+            count[live] += 1
+        return np.delete(q, cand[count % 2 == 1])
+
+    parts = parallel_map(scan, list(range(0, a.size, QUOTE_BLOCK)))
+    q = np.concatenate(parts) if parts else np.zeros(0, dt)
+    if (q.size and q[0] == 0) or q.size % 2:
+        raise Fallback
+    return q
+
+
+def check_end(a: np.ndarray, rest: int, closers: int) -> None:
+    for _ in range(closers - 1):
+        rest = int(skip_ws(a, np.array([rest]), 1)[0])
+        if a[rest] != 125:
+            raise Fallback
+        rest += 1
+    if rest < a.size and not np.all(WS[a[rest:]]):
+        raise Fallback
+
+
+LOW8 = [np.uint64((1 << (8 * n)) - 1) for n in range(9)]  # the first n bytes of a word
+
+
+def word(part: bytes) -> np.uint64:
+    return np.uint64(int.from_bytes(part, "little"))
+
+
+def digits_end(W: np.ndarray, a: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """End (exclusive) of the run of digits starting at each ``s`` (runs of up to 16 digits)."""
+    e = s.copy()
+    live = np.arange(s.size)
+    far = s <= W.size - 17
+    if not far.all():
+        live = np.flatnonzero(far)
+        for i in np.flatnonzero(~far).tolist():  # the last few bytes of the text: byte by byte
+            j = int(s[i])
+            while j < a.size and 48 <= a[j] <= 57:
+                j += 1
+            e[i] = j
+    for _ in range(3):
+        if not live.size:
+            break
+        w = W[np.minimum(e[live], W.size - 1)]
+        nondig = ~byte_lt(w ^ ZEROS, 10) & HI
+        # lowest flagged byte = first non-digit
+        low = nondig & (~nondig + U8(1))
+        first = np.where(nondig == 0, 8, top_byte(low))
+        e[live] += first
+        live = live[first == 8]
+    if live.size:
+        raise Fallback
+    return e

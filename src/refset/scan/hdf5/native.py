@@ -1,0 +1,273 @@
+"""The scanner's view of an HDF5 file read natively (``_h5meta``): groups, datasets and attributes
+as ``hdf5._Scanner`` asks for them, with h5py's values and types. Whatever would need data reads
+(compact data, variable-length string data, re-encoding) or is not understood raises ``NotNative``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from refset.scan.hdf5 import meta as m
+from refset.scan.hdf5.meta import UNDEF, NotNative, _need
+
+__all__ = ["NotNative", "open_native"]
+
+
+def open_native(f: Any, size: int, start: int, group: str | None) -> NativeNode:
+    h5 = m.H5File(f, size, start)
+    node = NativeNode(h5, h5.root)
+    for part in (group or "").strip("/").split("/"):
+        if part:
+            found = [c for n, _k, c, _t in node.links() if n == part]
+            _need(len(found) == 1 and found[0].is_group, "group option")
+            node = found[0]
+    _need(node.is_group, "root is not a group")
+    return node
+
+
+#: Heap data (variable-length attribute records) above which a dataset's metadata is not kept.
+_MEMO_HEAP_BYTES = 1024
+
+
+class NativeNode:
+    def __init__(self, h5: m.H5File, addr: int) -> None:
+        self.h5, self.key = h5, addr
+        self.hdr = h5.header(addr)
+        self.variant: tuple[Any, ...] | None = None  # set by attrs()
+        self.is_group = any(t in (0x02, 0x06, 0x11) for t, *_ in self.hdr.msgs)
+        self.is_dataset = self.hdr.find(0x08) is not None
+        _need(self.is_group != self.is_dataset, "neither group nor dataset")
+        if self.is_dataset:
+            self._dataset()
+
+    # -- groups -----------------------------------------------------------------------------------
+    def links(self) -> list[tuple[str, str, Any, str]]:
+        """(name, "hard", node, "") per link, in h5py's order: creation order where the group
+        tracks it, else by name."""
+        st = self.hdr.find(0x11)
+        info = self.hdr.find(0x02)
+        if st is not None:
+            _need(info is None and not self.hdr.all(0x06), "mixed group storage")
+            btree, heap = np.frombuffer(st, "<u8", 2).tolist()
+            pairs = [(name, addr, None) for name, addr in self.h5.symbol_table_links(btree, heap)]
+        else:
+            heap, index = m.dense_address(info, 8) if info is not None else (UNDEF, UNDEF)
+            pairs = self.hdr.memo.get("links")
+            if pairs is None:
+                pairs = [m.link(b) for _o, b in self.hdr.all(0x06)]
+                if heap == UNDEF:  # all in the header: kept with it
+                    self.hdr.memo["links"] = pairs
+            if heap != UNDEF:
+                _need(not pairs, "links both compact and dense")
+                pairs = [m.link(b) for _o, b in m.dense_messages(self.h5, heap, index, 5)]
+        names = [p[0] for p in pairs]
+        _need(len(set(names)) == len(names), "duplicate link names")
+        if info is not None and info[1] & 0x01:  # creation order tracked
+            orders = [p[2] for p in pairs]
+            _need(None not in orders and len(set(orders)) == len(orders), "link creation order")
+            pairs = sorted(pairs, key=lambda p: p[2])
+        else:
+            pairs = sorted(pairs)
+        out = []
+        for bname, addr, _order in pairs:
+            try:
+                name = bname.decode()
+            except UnicodeDecodeError:
+                raise NotNative("link name not UTF-8") from None
+            out.append((name, "hard", NativeNode(self.h5, addr), ""))
+        return out
+
+    # -- attributes -------------------------------------------------------------------------------
+    def attrs(self, skip: frozenset[str]) -> dict[str, Any]:
+        memo = self.hdr.memo
+        got = memo.get(("attrs", skip))
+        if got is None:
+            got = self._attr_items(skip)
+            if not got[1]:  # nothing read outside the header: later files with its bytes reuse it
+                memo[("attrs", skip)] = got
+        items = got[0]
+        out: dict[str, Any] = {}
+        read: list[Any] = []
+        size = 0
+        for name, value, msg in items:
+            if msg is not None:  # variable-length data, read from this file's global heap
+                value = self._value(name, *msg)
+                key = _hashable(value)
+                read.append((name, key))
+                size += len(repr(key)) if size <= _MEMO_HEAP_BYTES else 0
+            elif isinstance(value, np.ndarray):
+                value = value.copy()
+            out[name] = value
+        # what memo_key() offers: attributes read from the header alone, and a few heap values
+        self.variant = None if got[1] or size > _MEMO_HEAP_BYTES else tuple(read)
+        return out
+
+    def memo_key(self) -> tuple[dict[Any, Any], Any] | None:
+        """``(memo, variant)``: this header's memo, shared by the files that repeat its bytes, and
+        what else the last :meth:`attrs` read (the values from the global heap); None before
+        :meth:`attrs`, and when attributes were read from outside the header (dense storage) or
+        their heap values are large (keeping them would cost more memory than it saves time)."""
+        return None if self.variant is None else (self.hdr.memo, self.variant)
+
+    def _attr_items(self, skip: frozenset[str]) -> tuple[list[tuple[str, Any, Any]], bool]:
+        """((name, value, None) or (name, None, (type, space, data)) for a value in the global
+        heap, in h5py's order; whether they depend on anything outside the header)."""
+        info = self.hdr.find(0x15)
+        messages = self.hdr.all(0x0C)
+        heap, index = m.dense_address(info, 1) if info is not None else (UNDEF, UNDEF)
+        outside = heap != UNDEF
+        if outside:
+            _need(not messages, "attributes both compact and dense")
+            messages = m.dense_messages(self.h5, heap, index, 8)
+        items = []
+        for order, body in messages:
+            name, dt, sp, data = m.attribute(body)
+            items.append((order if self.hdr.track_attr_order else 0, name, dt, sp, data))
+        items.sort(key=lambda x: (x[0], x[1]))
+        if self.hdr.track_attr_order:
+            _need(len({x[0] for x in items}) == len(items), "attribute creation order")
+        out: list[tuple[str, Any, Any]] = []
+        seen: set[str] = set()
+        for _o, bname, dt, sp, data in items:
+            try:
+                name = bname.decode()
+            except UnicodeDecodeError:
+                raise NotNative("attribute name not UTF-8") from None
+            _need(name not in seen, "duplicate attribute")
+            seen.add(name)
+            if name in skip:
+                continue
+            if m.datatype(dt).kind in ("vstr", "vref"):
+                out.append((name, None, (dt, sp, data)))
+            else:
+                out.append((name, self._value(name, dt, sp, data), None))
+        return out, outside
+
+    def _value(self, name: str, dtmsg: bytes, spmsg: bytes, data: bytes) -> Any:
+        t = m.datatype(dtmsg)
+        _need(t.kind in ("num", "str", "vstr") or (t.kind == "vref" and name == "DIMENSION_LIST"),
+              "attribute type")  # other references: h5py gives reference objects
+        space = m.dataspace(spmsg)
+        _need(space is not None, "null dataspace attribute")
+        shape = space[0]  # type: ignore[index]
+        n = math.prod(shape)
+        _need(0 < n and n * t.size <= len(data), "attribute data")
+        if t.kind == "num":
+            arr = np.frombuffer(data, t.dtype, n).reshape(shape).copy()
+            return arr[()] if not shape else arr
+        if t.kind == "str":
+            arr = np.frombuffer(data, t.dtype, n).reshape(shape).copy()
+            for x in arr.reshape(-1).tolist():
+                _need(b"\0" not in x, "string with an embedded null")
+            return arr[()] if not shape else arr
+        recs = np.frombuffer(data, np.dtype([("n", "<u4"), ("addr", "<u8"), ("idx", "<u4")]), n)
+        vals: list[Any] = []
+        for count, addr, idx in recs.tolist():
+            if t.kind == "vstr":
+                _need(count > 0, "empty or null vlen string")
+                raw = self.h5.global_object(addr, idx)
+                _need(len(raw) >= count, "vlen string length")
+                raw = raw[:count]
+                _need(b"\0" not in raw and (t.cset == 1 or raw.isascii()), "vlen string bytes")
+                try:
+                    vals.append(raw.decode())
+                except UnicodeDecodeError:
+                    raise NotNative("vlen string not UTF-8") from None
+            else:
+                if count == 0:
+                    vals.append(np.zeros(0, np.uint64))
+                    continue
+                raw = self.h5.global_object(addr, idx)
+                _need(len(raw) >= 8 * count, "reference list length")
+                vals.append(np.frombuffer(raw, "<u8", count).copy())
+        if t.kind == "vstr":
+            if not shape:
+                return vals[0]
+            out = np.empty(n, object)
+            out[:] = vals
+            return out.reshape(shape)
+        _need(len(shape) == 1, "DIMENSION_LIST shape")
+        return vals
+
+    # -- datasets ---------------------------------------------------------------------------------
+    def _dataset(self) -> None:
+        h = self.hdr
+        got = h.memo.get("dataset")
+        if got is None:
+            got = h.memo["dataset"] = self._dataset_info()
+        self.shape, self.maxshape, self.dtype, self.filters, self.fillvalue = got
+        self.external = False
+        kind, info = m.layout(h.find(0x08))  # type: ignore[arg-type]
+        self.layout = kind
+        self.chunks = None
+        self.offset = None
+        if kind == "contiguous":
+            addr, size = info
+            _need(not self.filters, "filters on contiguous data")
+            if addr != UNDEF:
+                nbytes = math.prod(self.shape) * self.dtype.itemsize
+                _need(size == nbytes and self.h5.base + addr + size <= self.h5.size, "contiguous extent")
+                self.offset = self.h5.base + addr
+        else:
+            self._btree, chunks, elsize = info
+            _need(elsize == self.dtype.itemsize and len(chunks) == len(self.shape) and all(chunks),
+                  "chunk shape")
+            self.chunks = chunks
+
+    def _dataset_info(self) -> tuple[Any, ...]:
+        """(shape, maxshape, dtype, filters, fill value): what the header gives besides the layout
+        (kept with a header that later files repeat)."""
+        h = self.hdr
+        sp, dt = h.find(0x01), h.find(0x03)
+        _need(sp is not None and dt is not None, "dataset without space or type")
+        space = m.dataspace(sp)  # type: ignore[arg-type]
+        _need(space is not None, "null dataspace dataset")
+        shape, maxshape = space  # type: ignore[misc]
+        t = m.datatype(dt)  # type: ignore[arg-type]
+        _need(t.kind in ("num", "str"), "dataset type")
+        _need(t.dtype.itemsize == t.size, "dataset type size")
+        pipe = h.find(0x0B)
+        filters = m.filters(pipe) if pipe is not None else []
+        new_fill = h.find(0x05)
+        _need(new_fill is not None, "no fill value message")  # h5py may call the fill value undefined
+        raw = m.fill_value(h.find(0x04), new_fill)
+        _need(raw is None or len(raw) == t.size, "fill value size")
+        fill = (np.frombuffer(raw, t.dtype, 1) if raw is not None else np.zeros(1, t.dtype))[0]
+        return shape, maxshape, t.dtype, filters, fill
+
+    def chunk_index(self, grid: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(flat indices in ``grid``, filter masks, offsets, sizes) of the chunks the B-tree lists."""
+        if self._btree == UNDEF:
+            z = np.zeros(0, np.int64)
+            return z, z, z, z
+        pos, mask, off, size = self.h5.chunk_btree(self._btree, len(self.shape))
+        chunks = np.array(self.chunks, np.int64)
+        idx = pos // chunks
+        _need(bool((pos % chunks == 0).all() and (idx < np.array(grid, np.int64)).all()), "chunk position")
+        flat = np.ravel_multi_index(tuple(idx.T), grid) if len(pos) else idx[:, 0]
+        if flat.size > 1 and not bool((flat[1:] > flat[:-1]).all()):  # B-trees list them in order
+            _need(len(np.unique(flat)) == len(flat), "chunk listed twice")
+        return flat, mask, off, size
+
+    def deref(self, ref: Any) -> Any:
+        return int(ref)
+
+    def ref_name(self, ref: Any) -> str:
+        raise NotNative("dimension scale outside the scanned group")
+
+    def read(self, sel: Any) -> np.ndarray:
+        raise NotNative("data read")
+
+    def read_strings(self) -> Any:
+        raise NotNative("data read")
+
+
+def _hashable(v: Any) -> Any:
+    """A value read from the global heap (text, arrays of text or references) as a hashable key."""
+    if isinstance(v, np.ndarray):
+        return (v.shape, tuple(v.reshape(-1).tolist()))
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    return v

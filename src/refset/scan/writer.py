@@ -1,0 +1,292 @@
+"""What every scanner hands over: zarr v2 metadata as kerchunk writes it, JSON-safe attributes and
+fill values, and chunk columns collected per array into one ``ReferenceSet.from_arrays`` call.
+
+Chunks below the inline threshold are read in one batched ``cat_ranges`` call at the end, so a
+remote scan costs one round of requests for all of them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from refset.errors import InvalidReferences, Unsupported
+from refset.model.inline import InlineBytes
+from refset.model.keys import ChunkGrid, checked_grid
+from refset.model.producer import metadata_bytes
+from refset.model.refset import ReferenceSet
+from refset.model.table import INLINE, RANGE, ChunkTable, sparse_grid
+
+__all__ = ["SetWriter", "json_value", "json_attrs", "fill_json", "zarr_fill", "dtype_json", "cannot",
+           "split_rows"]
+
+
+def cannot(variable: str, reason: str) -> Unsupported:
+    """The error for a variable the scan cannot reference exactly."""
+    return Unsupported(f"variable {variable!r}: {reason}; pass drop_variables=[{variable!r}] to scan "
+                       "the rest of the file")
+
+
+def _float(x: float) -> float | str:
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+def json_value(v: Any) -> Any:
+    """An attribute value as JSON: numpy scalars as Python numbers (exact: float32 widens to the same
+    double), bytes as UTF-8 text, length-1 arrays as their element (as netCDF4-python gives them),
+    NaN/Infinity as Python's JSON writes them."""
+    if isinstance(v, np.ndarray):
+        if v.dtype.kind == "V" and v.dtype.names is None:
+            return base64.standard_b64encode(v.tobytes()).decode()
+        if v.size == 1 and v.ndim <= 1:
+            return json_value(v.reshape(-1)[0])
+        return [json_value(x) for x in v.tolist()] if v.dtype.kind not in "SUO" else [
+            json_value(x) for x in v.reshape(-1)]
+    if isinstance(v, bytes | np.bytes_):  # text, decoded as netCDF4-python does
+        return bytes(v).decode("utf-8", errors="replace")
+    if type(v).__name__ == "Empty":  # h5py's empty (null dataspace) attribute
+        return "" if v.dtype.kind in "SUO" else []
+    if isinstance(v, np.void):
+        if v.dtype.names:
+            return [json_value(v[n]) for n in v.dtype.names]
+        return base64.standard_b64encode(v.tobytes()).decode()
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, bool | int | str) or v is None:
+        return v
+    if isinstance(v, float):
+        return v
+    if isinstance(v, complex):
+        return [v.real, v.imag]
+    if isinstance(v, list | tuple):
+        return [json_value(x) for x in v]
+    return str(v)
+
+
+def json_attrs(attrs: Iterable[tuple[str, Any]], skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Attributes as a JSON-safe dict (names in ``skip`` left out)."""
+    return {k: json_value(v) for k, v in attrs if k not in skip}
+
+
+def fill_json(value: Any, dtype: np.dtype) -> Any:
+    """A fill value as zarr v2 writes it in ``.zarray`` (exact for every dtype)."""
+    if value is None:
+        return None
+    if dtype.kind in "SV" or dtype.names is not None:
+        raw = np.asarray(value, dtype=dtype).tobytes()
+        return base64.standard_b64encode(raw).decode() if raw.strip(b"\0") else None
+    v = np.asarray(value, dtype=dtype).item()
+    if dtype.kind == "f":
+        return _float(float(v))
+    if dtype.kind == "c":
+        return [_float(v.real), _float(v.imag)]
+    if dtype.kind == "b":
+        return bool(v)
+    if dtype.kind == "U":
+        return str(v)
+    return int(v)
+
+
+def zarr_fill(value: Any, dtype: np.dtype) -> tuple[Any, Any]:
+    """``(fill value for .zarray, _FillValue to keep in .zattrs or None)`` for a netCDF ``_FillValue``.
+
+    An integer variable whose ``_FillValue`` is a float (NetCDF3 writers other than netCDF-C allow it)
+    keeps its meaning for xarray: an integral value in range is the fill; NaN is none (xarray drops
+    it: no integer equals it, so casting it would have made every stored 0 a fill); any other value
+    (1e20, 0.5) masks nothing but makes xarray decode to floats, so it stays an attribute beside a
+    null zarr fill value."""
+    if value is None or dtype.kind not in "iu":
+        return value, None
+    v = np.asarray(value).reshape(-1)[0] if np.ndim(value) else value
+    if isinstance(v, np.floating | float):
+        f = float(v)
+        if math.isnan(f):
+            return None, None
+        info = np.iinfo(dtype)
+        if not (math.isfinite(f) and f.is_integer() and info.min <= f <= info.max):
+            return None, f
+        return int(f), None
+    return value, None
+
+
+def dtype_json(dtype: np.dtype) -> Any:
+    """A numpy dtype as zarr v2 ``.zarray`` writes it (structured types as field lists)."""
+    if dtype.names is None:
+        return dtype.str
+    out = []
+    for name in dtype.names:
+        sub, _ = dtype.fields[name][:2]
+        base = dtype_json(sub.base)
+        out.append([name, base, list(sub.shape)] if sub.shape else [name, base])
+    return out
+
+
+def split_rows(shape: tuple[int, ...], itemsize: int, limit: int | None) -> int:
+    """Rows per sub-chunk: the largest divisor of ``shape[0]`` whose rows fit in ``limit`` bytes."""
+    if not shape:
+        return 1
+    if limit is None or shape[0] <= 1:
+        return shape[0] or 1
+    row = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
+    if row * shape[0] <= limit:
+        return shape[0]
+    best = 1
+    for k in range(1, int(shape[0] ** 0.5) + 1):
+        if shape[0] % k == 0:
+            for d in (k, shape[0] // k):
+                if d * row <= limit and d > best:
+                    best = d
+    return best
+
+
+#: Metadata texts kept per header memo: one object header's variable, in the versions its files
+#: give (more means attribute values that change file by file: the store starts over).
+_MEMO_ARRAYS = 8
+_ZGROUP = b'{"zarr_format":2}'  # as metadata_bytes writes {"zarr_format": 2}
+
+
+class SetWriter:
+    """Collects a scan's groups and arrays, then builds the set: each array's chunk table is made
+    from its columns directly (dense, one URL), only the metadata goes through the checked path."""
+
+    def __init__(self, url: str, inline_threshold: int) -> None:
+        self.url = url
+        self.inline_threshold = inline_threshold
+        self.metadata: dict[str, Any] = {".zgroup": _ZGROUP}
+        # per array: grid, kind, offset, length (flat, zero where not a range), inline flats and bytes
+        self.arrays: dict[str, tuple[ChunkGrid, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray],
+                                     list[bytes]]] = {}
+        self._small: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def group(self, path: str, attrs: Mapping[str, Any]) -> None:
+        pre = f"{path}/" if path else ""
+        if path:
+            self.metadata[f"{pre}.zgroup"] = _ZGROUP
+        if attrs:
+            self.metadata[f"{pre}.zattrs"] = dict(attrs)
+
+    def array(
+        self,
+        path: str,
+        *,
+        shape: tuple[int, ...],
+        chunks: tuple[int, ...],
+        dtype: np.dtype,
+        fill_value: Any,
+        filters: list[dict[str, Any]] | None,
+        attrs: Mapping[str, Any],
+        dims: list[str],
+        offset: np.ndarray | None = None,
+        length: np.ndarray | None = None,
+        inline: Mapping[int, bytes] | None = None,
+        memo: tuple[dict[Any, Any], Any] | None = None,
+    ) -> None:
+        """One array: ``offset``/``length`` shaped like the chunk grid (``length == 0``: absent) into
+        the scanned file; ``inline``: flat chunk index -> the chunk's stored bytes. ``memo``:
+        ``(store, variant)``: the metadata text is kept in ``store`` and reused for the same path,
+        dims, shape, chunks, dtype, filters and fill value: the caller's promise is that ``attrs``
+        are then the same too (``store`` is the memo of a header's bytes, ``variant`` what else
+        the attributes were read from)."""
+        fill_value, kept = zarr_fill(fill_value, dtype)
+        if kept is not None:
+            attrs = {**attrs, "_FillValue": kept}
+        fill = fill_json(fill_value, dtype)
+        key = None
+        if memo is not None:
+            store = memo[0].setdefault("zarr", {})
+            key = (path, tuple(dims), memo[1], tuple(shape), tuple(chunks), dtype, repr(filters), repr(fill))
+            got = store.get(key)
+            if got is not None:
+                self.metadata[f"{path}/.zarray"], self.metadata[f"{path}/.zattrs"], grid = got
+                self._columns(path, grid, offset, length, inline)
+                return
+        zarray = {
+            "chunks": list(chunks),
+            "compressor": None,
+            "dimension_separator": ".",
+            "dtype": dtype_json(dtype),
+            "fill_value": fill,
+            "filters": filters or None,
+            "order": "C",
+            "shape": list(shape),
+            "zarr_format": 2,
+        }
+        zattrs = {**attrs, "_ARRAY_DIMENSIONS": list(dims)}
+        grid = checked_grid([int(x) for x in shape], [int(x) for x in chunks], ".", "", 2)
+        if grid is None:
+            raise InvalidReferences(f"arrays[{json.dumps(path)}]: no chunk grid: shape {list(shape)} "
+                                    f"and chunks {list(chunks)} do not describe a regular grid")
+        texts = tuple(metadata_bytes(doc, f"metadata[{json.dumps(f'{path}/{name}')}]")
+                      for name, doc in ((".zarray", zarray), (".zattrs", zattrs)))
+        if key is not None:
+            if len(store) >= _MEMO_ARRAYS:
+                store.clear()
+            store[key] = (*texts, grid)
+        self.metadata[f"{path}/.zarray"], self.metadata[f"{path}/.zattrs"] = texts
+        self._columns(path, grid, offset, length, inline)
+
+    def _columns(self, path: str, grid: ChunkGrid, offset: np.ndarray | None, length: np.ndarray | None,
+                 inline: Mapping[int, bytes] | None) -> None:
+        n = grid.nchunks
+        if offset is None or length is None:
+            off = ln = np.zeros(n, np.int64)
+        else:
+            off = np.asarray(offset, np.int64).reshape(-1)
+            ln = np.asarray(length, np.int64).reshape(-1)
+            if off.size != n or ln.size != n:
+                raise InvalidReferences(f"arrays[{json.dumps(path)}]: {off.size} offsets and {ln.size} "
+                                        f"lengths for the {n} chunks of grid {grid.grid_shape}")
+        kind = (ln > 0).astype(np.uint8)
+        kind *= np.uint8(RANGE)
+        inl_flat = [np.fromiter(inline, np.int64, len(inline))] if inline else []
+        inl_data = list(inline.values()) if inline else []
+        if inline:
+            kind[inl_flat[0]] = INLINE
+        small = np.flatnonzero((kind == RANGE) & (ln < self.inline_threshold))
+        if small.size:
+            self._small.append((path, small, off[small], ln[small]))
+            kind[small] = INLINE
+        located = kind == RANGE
+        if not located.all():
+            off = np.where(located, off, 0)
+            ln = np.where(located, ln, 0)
+        self.arrays[path] = (grid, kind, off, ln, inl_flat, inl_data)
+
+    def build(self, read_ranges: Callable[[list[int], list[int]], list[bytes]]) -> ReferenceSet:
+        """Read the small chunks (``read_ranges(offsets, lengths)``, one batch) and build the set."""
+        if self._small:
+            offs = np.concatenate([s[2] for s in self._small])
+            lens = np.concatenate([s[3] for s in self._small])
+            data = read_ranges(offs.tolist(), lens.tolist())
+            at = 0
+            for apath, flat, _, _ in self._small:
+                entry = self.arrays[apath]
+                entry[4].append(flat)
+                entry[5].extend(data[at:at + flat.size])
+                at += flat.size
+        from refset.model.memory import MemorySource
+        from refset.model.producer import trusted_parts
+
+        tables = {}
+        for path, (grid, kind, off, ln, inl_flat, inl_data) in self.arrays.items():
+            inline = (InlineBytes.from_values(np.concatenate(inl_flat), inl_data) if inl_flat
+                      else InlineBytes.empty())
+            count = int(np.count_nonzero(kind))
+            if sparse_grid(grid.nchunks, count):
+                f = np.flatnonzero(kind)
+                tables[path] = ChunkTable.from_entries(grid, f, kind[f], np.zeros(f.size, np.uint16), off[f],
+                                                       ln[f], inline)
+            else:
+                tables[path] = ChunkTable._trusted(grid, kind, np.zeros(grid.nchunks, np.uint16), off, ln,
+                                                   inline)
+        return ReferenceSet(MemorySource(*trusted_parts(self.metadata, tables, [self.url]),
+                                         {"format": "memory"}))
