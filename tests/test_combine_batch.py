@@ -262,7 +262,7 @@ def test_a_repeated_metadata_key_keeps_its_last_value(tmp_path: Path) -> None:
         text = Path(p).read_text()  # the same key as a reference first, then as text
         Path(p).write_text(text.replace('"t/.zattrs"', '"t/.zattrs": ["/nowhere/attrs.json"], "t/.zattrs"'))
         paths.append(p)
-    assert read_documents(paths, {}).meta[0]["t/.zattrs"] == b'{"_ARRAY_DIMENSIONS": ["t"]}'
+    assert read_documents(paths, {}).metadata[0]["t"].documents()[".zattrs"] == b'{"_ARRAY_DIMENSIONS": ["t"]}'
     _same_as_generic(paths, concat_dims="t")
 
 

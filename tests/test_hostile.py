@@ -191,13 +191,13 @@ def test_packed_reader_refuses_offsets_past_the_bound(tmp_path):
     from refset.model.table import ChunkTable
 
     rs = refset.load(_arrays_at("v"))
-    # a table built without the checks of from_tables, as a corrupt or hostile file would decode to
+    # a table built without the checks of from_arrays, as a corrupt or hostile file would decode to
     g = rs.grids["v"]
     t = ChunkTable(g, np.array([1, 1], np.uint8), np.zeros(2, np.uint64), np.array([0, 2**63], np.uint64),
                    np.array([4, 4], np.uint64), {})
     with pytest.raises(InvalidReferences, match=r"array 'v', chunk 1 .*offset 9223372036854775808"):
-        refset.ReferenceSet.from_tables(rs.urls, {"v": t}, rs.other)
-    bad = refset.ReferenceSet(MemorySource(rs.urls, {"v": t}, rs.other, {"format": "memory"}))
+        refset.ReferenceSet.from_arrays(dict(rs.documents), {"v": t}, rs.urls, other=rs.other)
+    bad = refset.ReferenceSet(MemorySource(rs.urls, rs.metadata, {"v": t}, rs.other, {"format": "memory"}))
     for fmt in ("json", "v1", "parquet", "packed"):  # writers refuse it
         with pytest.raises(InvalidReferences, match=r"array 'v', chunk 1 .*offset 9223372036854775808"):
             refset.save(bad, str(tmp_path / f"out.{fmt}"), format=fmt)

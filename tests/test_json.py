@@ -135,7 +135,7 @@ def test_atomic_save_leaves_no_partial_file(tmp_path: Path):
         """A lazily read source whose storage fails after the metadata was read."""
 
         def __init__(self, inner):
-            self.inner, self.grids = inner, inner.grids
+            self.inner, self.metadata = inner, inner.metadata
 
         def __getattr__(self, name):
             return getattr(self.inner, name)

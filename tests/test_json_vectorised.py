@@ -27,7 +27,7 @@ def fast_load(text: bytes) -> refset.ReferenceSet | None:
         urls, tables, other = plan.finish()
     except Fallback:
         return None
-    return refset.ReferenceSet.from_tables(urls, tables, other)
+    return refset.ReferenceSet.from_arrays({}, tables, urls, other=other)
 
 
 def _doc(n_files: int = 60, seed: int = 0, sep: str = ".") -> dict:
@@ -83,7 +83,7 @@ def test_layouts(dumps):
 def test_chunk_columns_are_used():
     rs = fast_load(json.dumps(_doc()).encode())
     assert rs is not None and set(rs.grids) == {"a", "bb", "grp/sub/ccc"}
-    assert len(rs.other) == 8  # metadata only
+    assert len(rs.key_table()) == 8 and len(rs.other) == 2  # metadata only: 6 array documents
 
 
 def test_inline_chunks_whole_files_and_odd_keys():

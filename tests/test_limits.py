@@ -179,6 +179,12 @@ def _crafted(tmp_path: Path, segment: bytes, *, cells: int = 40, present: int = 
     index, body = _parts(_packed(tmp_path).read_bytes())
     a = index["arrays"][0]
     entry, body = _with_block(index, body, segment)
+    if cells != 40:  # the metadata describes the crafted grid too (else the file is refused at open)
+        (tmp_path / "meta").mkdir(exist_ok=True)
+        meta_index, meta_body = _parts(_packed(tmp_path / "meta", {"a/.zarray": zarray([cells], [1]),
+                                                                   "a/0": ["f.nc", 0, 100]}).read_bytes())
+        off, size, _ = meta_index["other"]["block"]
+        index["other"]["block"], body = _with_block(index, body, meta_body[off:off + size])
     a["shape"], a["chunks"], a["segment_chunks"] = [cells], [1], step or cells
     a["segments"], a["present"] = [entry], present
     index["refs"] = present + index["other"]["count"] if refs is None else refs
@@ -309,7 +315,7 @@ import sys, refset
 for p in sys.argv[1:]:
     rs = refset.load(p)
     assert len(rs.to_dict()) == 201
-    print(p.rsplit(".", 1)[1], sum(t.nbytes() for t in rs.arrays.values()))
+    print(p.rsplit(".", 1)[1], sum(a.table.nbytes() for a in rs.arrays.values()))
 """, *(str(tmp_path / n) for n in ("m.json", "m.parq", "m.packed")), cap=512 << 20)
     assert out.split() == ["json", "0", "parq", "0", "packed", "0"], out
 

@@ -172,7 +172,7 @@ def test_kerchunk_refs_to_dataframe_read_by_refset(zarr_source, tmp_path, record
         with pytest.raises(KeyError):
             rs[bad]
     info = rs.format_info()
-    assert info["record_size"] == record_size and info["rows_used"] == len(rs) - len(rs.other)
+    assert info["record_size"] == record_size and info["rows_used"] == len(rs) - len(rs.key_table())
 
 
 def test_lazy_reference_mapper_pyarrow_engine_written(tmp_path):

@@ -260,15 +260,19 @@ def test_constructors_refuse_inconsistent_tables():
     with pytest.raises(InvalidReferences, match="outside the grid"):
         t.take(np.array([4]))
     assert t.row(-1)[0] == ABSENT and t.row(4)[0] == ABSENT
-    meta = refset.load(_meta_doc()).other
+    meta = refset.load(_meta_doc()).key_table()  # the documents and the other keys
     with pytest.raises(InvalidReferences, match="path id 0 outside the URL table of 0"):
-        refset.ReferenceSet.from_tables([], {"v": _v_table()}, meta)
+        refset.ReferenceSet.from_arrays({}, {"v": _v_table()}, [], other=meta)
     with pytest.raises(InvalidReferences, match="not the one its metadata describes"):
-        refset.ReferenceSet.from_tables(URLS, {"v": _v_table(ChunkGrid((6, 6), (2, 2)))}, meta)
+        refset.ReferenceSet.from_arrays({}, {"v": _v_table(ChunkGrid((6, 6), (2, 2)))}, URLS, other=meta)
     rows = {k: (INLINE, 0, 0, 0, v.encode()) for k, v in {**_meta_doc(), "v/1.1": "x"}.items()}
     with pytest.raises(InvalidReferences, match="is a chunk key of array 'v'"):
-        refset.ReferenceSet.from_tables(URLS, {"v": _v_table()}, KeyTable.from_items(rows))
-    assert refset.ReferenceSet.from_tables(URLS, {"v": _v_table()}, meta)["v/0.1"] == (URLS[0], 7, 8)
+        refset.ReferenceSet.from_arrays({}, {"v": _v_table()}, URLS, other=KeyTable.from_items(rows))
+    assert refset.ReferenceSet.from_arrays({}, {"v": _v_table()}, URLS, other=meta)["v/0.1"] == (URLS[0], 7, 8)
+    # documents given as metadata: the same set
+    docs = {k: v for k, v in _meta_doc().items()}
+    assert refset.ReferenceSet.from_arrays(docs, {"v": _v_table()}, URLS).to_dict() == \
+        refset.ReferenceSet.from_arrays({}, {"v": _v_table()}, URLS, other=meta).to_dict()
 
 
 def _meta_doc():

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
-from refset.model.keys import ChunkGrid
+from refset.model.metadata import ArrayMetadata
 from refset.model.table import ChunkTable, KeyTable, Ref
 
 __all__ = ["Source", "Block", "NotLoaded", "NOT_LOADED", "Reopen"]
@@ -53,8 +53,9 @@ class Block(Protocol):
 class Source(Protocol):
     """A stored form of a reference set, as the set sees it."""
 
-    grids: Mapping[str, ChunkGrid]
-    """Every array with a chunk table, known at open."""
+    metadata: Mapping[str, ArrayMetadata]
+    """Every array with a chunk table, and its metadata, known at open. Its documents (``.zarray``,
+    ``.zattrs``, ``zarr.json``) are not among the other keys: the set derives them."""
 
     def urls(self) -> tuple[str, ...]:
         """The URL table so far; it only grows, so a ``path_id`` handed out stays valid. Tables
@@ -64,14 +65,15 @@ class Source(Protocol):
         """The chunk table of array ``path`` (may read and decode)."""
 
     def other(self) -> KeyTable:
-        """Every key outside the chunk grids (may read and decode)."""
+        """Every key outside the arrays: neither a chunk key nor a metadata document of one (may read
+        and decode)."""
 
     def other_under(self, path: str) -> KeyTable | None:
         """A table holding at least every key of :meth:`other` at or below directory ``path``, when
         that is cheaper than :meth:`other`; None otherwise."""
 
     def lookup_other(self, key: str) -> Ref | NotLoaded | None:
-        """One key outside the chunk grids, answered without reading (thread-safe): its reference,
+        """One key outside the arrays, answered without reading (thread-safe): its reference,
         None when absent, or :data:`NOT_LOADED` when :meth:`other` must be read first."""
 
     def block_size(self, path: str) -> int:
@@ -82,7 +84,8 @@ class Source(Protocol):
         """Block ``i`` of array ``path`` (reads and decodes; thread-safe)."""
 
     def count(self) -> int | None:
-        """Number of keys when known without reading everything, else None."""
+        """Number of keys (the arrays' documents and chunks included) when known without reading
+        everything, else None."""
 
     def info(self) -> dict[str, object]:
         """Facts about the stored form (``refset info``)."""

@@ -36,7 +36,7 @@ def info_dict(path: str, storage_options: dict[str, Any] | None = None) -> dict[
     from refset.model.table import INLINE, RANGE, WHOLE
 
     rs = refset.load(path, storage_options=storage_options)
-    kinds = np.bincount(rs.other.kind, minlength=4).astype(np.int64)
+    kinds = np.bincount(rs.key_table().kind, minlength=4).astype(np.int64)
     arrays = []
     for p, g in rs.grids.items():
         t = rs.table(p)
@@ -203,7 +203,7 @@ def cmd_ls(a: argparse.Namespace) -> int:
         out.write(_ls_line(rs, prefix, a.long))
         return EXIT_OK
     listed = 0
-    for key in rs.other.keys.tolist():
+    for key in rs.key_table().keys.tolist():
         if under(key):
             out.write(_ls_line(rs, key, a.long))
             listed += 1

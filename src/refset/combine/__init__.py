@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from refset.combine.coords import coordinates
-from refset.combine.inputs import Inputs
 from refset.combine.placement import Combiner
 from refset.errors import InvalidReferences
 from refset.formats.json.batch import NotBatch, read_documents
 from refset.model.refset import ReferenceSet
+from refset.model.stack import SetStack
 from refset.scan import UnusedDropWarning
 
 __all__ = ["combine", "open_input"]
@@ -105,11 +105,11 @@ def combine(
     names = [n for _, n in opened]
     if preprocess is not None:
         sets = [preprocess(rs) for rs in sets]
-    return _combine(Inputs.from_sets(sets, names), dims, identical_dims, coo_map, coo_dtypes, postprocess,
+    return _combine(SetStack.from_sets(sets, names), dims, identical_dims, coo_map, coo_dtypes, postprocess,
                     check, ro)
 
 
-def _combine(inputs: Inputs, dims: list[str], identical_dims: Sequence[str],
+def _combine(inputs: SetStack, dims: list[str], identical_dims: Sequence[str],
              coo_map: Mapping[str, Selector] | None, coo_dtypes: Mapping[str, Any] | None,
              postprocess: Callable[[ReferenceSet], ReferenceSet] | None, check: bool,
              ro: Mapping[str, Any]) -> ReferenceSet:

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from refset.combine.coords import coordinates, is_cf_time, reencode
-from refset.combine.inputs import Inputs
 from refset.combine.placement import Combiner
 from refset.model.refset import ReferenceSet
+from refset.model.stack import SetStack
 
 __all__ = ["combine_on_cluster", "BATCH"]
 
@@ -73,7 +73,7 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
             rs = preprocess(rs)
         sets.append((rs, name))
         coords.append([(c.per_input[0], c.attrs) for c in coordinates(
-            Inputs.from_sets([rs], [name]), dims, maps[k], coo_dtypes, ro)])
+            SetStack.from_sets([rs], [name]), dims, maps[k], coo_dtypes, ro)])
     return sets, coords, unused
 
 
@@ -97,7 +97,7 @@ def _combined(parts: Sequence[tuple[ReferenceSet, str]], dims: Sequence[str], id
               check: bool, so: Mapping[str, Any], name: str) -> bytes:
     """The combined set of ``parts`` and ``name``, pickled: one message frame, where distributed
     would send each column of each table as a frame of its own."""
-    inputs = Inputs.from_sets([p[0] for p in parts], [p[1] for p in parts])
+    inputs = SetStack.from_sets([p[0] for p in parts], [p[1] for p in parts])
     coords = coordinates(inputs, dims, coo_map, coo_dtypes, so, target=target)
     return _frame((Combiner(inputs, coords, set(identical), check, so).build(), name))
 

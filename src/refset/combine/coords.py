@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from refset.combine.decoding import calendar, decoding_attrs, is_time_units, same_calendar_after_1582
-from refset.combine.inputs import Inputs
-from refset.combine.values import read_arrays, zattrs
+from refset.combine.values import attributes_of, read_arrays
 from refset.errors import InvalidReferences, Unsupported
+from refset.model.stack import SetStack
 
 __all__ = ["Coordinate", "coordinates", "reencode", "is_cf_time"]
 
@@ -43,7 +43,7 @@ class Coordinate:
 
 
 def coordinates(
-    inputs: Inputs,
+    inputs: SetStack,
     dims: Sequence[str],
     coo_map: Mapping[str, Any],
     coo_dtypes: Mapping[str, Any],
@@ -56,10 +56,10 @@ def coordinates(
     names = inputs.names
     for dim in dims:
         sel = coo_map.get(dim)
-        new = not any(_has_dim(m, g, dim) for m, g in zip(inputs.meta, inputs.grids))
+        new = not any(_has_dim(m, dim) for m in inputs.metadata)
         attrs: dict[str, Any] = {}
         if sel is None:
-            if not any(f"{dim}/.zarray" in m for m in inputs.meta):
+            if not any(dim in m for m in inputs.metadata):
                 import difflib
 
                 close = difflib.get_close_matches(dim, inputs.paths(), 1)
@@ -119,13 +119,10 @@ def _cast(per: list[np.ndarray], dtype: Any, attrs: dict[str, Any], dim: str,
     return out, {k: v for k, v in attrs.items() if k not in ("units", "calendar")}
 
 
-def _has_dim(meta: Mapping[str, Any], grids: Mapping[str, Any], dim: str) -> bool:
-    if f"{dim}/.zarray" in meta:
+def _has_dim(metadata: Mapping[str, Any], dim: str) -> bool:
+    if dim in metadata:
         return True
-    for path in grids:
-        if dim in zattrs(meta, path).get("_ARRAY_DIMENSIONS", ()):
-            return True
-    return False
+    return any(dim in (m.dimension_names or ()) for m in metadata.values())
 
 
 def _duplicate(per: list[np.ndarray], names: Sequence[str], dim: str) -> None:
@@ -139,7 +136,7 @@ def _duplicate(per: list[np.ndarray], names: Sequence[str], dim: str) -> None:
             seen[v] = i
 
 
-def _one(sel: Any, i: int, inputs: Inputs, dim: str) -> Any:
+def _one(sel: Any, i: int, inputs: SetStack, dim: str) -> Any:
     """One input's value for a one-value selector."""
     name = inputs.names[i]
     if isinstance(sel, re.Pattern):
@@ -153,14 +150,14 @@ def _one(sel: Any, i: int, inputs: Inputs, dim: str) -> Any:
             return i
         kind, _, rest = sel.partition(":")
         if kind == "attr":
-            attrs = zattrs(inputs.meta[i], "")
+            attrs = attributes_of(inputs, i, "")
             if rest not in attrs:
                 raise InvalidReferences(f"coo_map[{dim!r}]={sel!r}: input {name!r} has no global "
                                         f"attribute {rest!r}")
             return attrs[rest]
         if kind == "vattr":
             var, _, attr = rest.partition(":")
-            attrs = zattrs(inputs.meta[i], var)
+            attrs = attributes_of(inputs, i, var)
             if attr not in attrs:
                 raise InvalidReferences(f"coo_map[{dim!r}]={sel!r}: input {name!r} has no attribute "
                                         f"{attr!r} on variable {var!r}")
@@ -180,18 +177,18 @@ def _check_lengths(sel: Any, n: int, dim: str) -> None:
         raise InvalidReferences(f"coo_map[{dim!r}]: {len(sel)} values for {n} inputs")
 
 
-def _data(inputs: Inputs, dim: str, var: str, cf: bool | None,
+def _data(inputs: SetStack, dim: str, var: str, cf: bool | None,
           so: Mapping[str, Any] | None, target: Mapping[str, Any] | None = None,
           ) -> tuple[list[np.ndarray], dict[str, Any]]:
     """Each input's values of ``var``, in one common encoding when they are CF times: the first
     input's, or ``target``'s."""
     names = inputs.names
-    for m, name in zip(inputs.meta, names):
-        if f"{var}/.zarray" not in m:
+    for m, name in zip(inputs.metadata, names):
+        if var not in m:
             raise InvalidReferences(f"concat dim {dim!r}: input {name!r} has no variable {var!r}")
     raw = read_arrays(inputs, var, range(inputs.n), so)
     raw = [np.asarray(r).reshape(-1) for r in raw]
-    attrs = [zattrs(m, var) for m in inputs.meta]
+    attrs = [attributes_of(inputs, i, var, so) for i in range(inputs.n)]
     first = dict(target) if target is not None else attrs[0]
     keep = {k: v for k, v in first.items() if k != "_ARRAY_DIMENSIONS"}
     is_time = is_cf_time(first)

@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from refset.model.metadata import ArrayMetadata
+
 __all__ = ["CF_DECODING", "decoding_codecs", "decoding_attrs", "time_encoding", "attrs_difference", "calendar",
            "calendars_needing_dates", "same_calendar_after_1582", "bounds_parent", "is_time_units"]
 
@@ -37,11 +39,11 @@ _CALENDARS = {"gregorian": "standard", "365_day": "noleap", "366_day": "all_leap
 _AGREE_AFTER_1582 = frozenset({"standard", "proleptic_gregorian"})
 
 
-def decoding_codecs(meta: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The ``filters`` and ``compressor`` of a ``.zarray`` as their decoders need them, in the order
-    they are applied when encoding (a compressor is the last filter: zarr decodes it first)."""
-    specs = [*(meta.get("filters") or []), meta.get("compressor")]
-    return tuple(_codec(s) for s in specs if s is not None)
+def decoding_codecs(meta: ArrayMetadata) -> tuple[Any, ...]:
+    """The codecs of an array as their decoders need them, in the order they encode (zarr v2's
+    ``filters``, then its ``compressor``: a compressor is the last filter, zarr decodes it first)."""
+    m = meta.to_v2()
+    return tuple(_codec(s) for s in [*m.filters, m.compressor] if s is not None)
 
 
 def _codec(spec: Any) -> Any:
@@ -157,19 +159,13 @@ def same_calendar_after_1582(values: Sequence[Any], units: str, cal: str) -> boo
     return bool((first.year, first.month, first.day) >= (1582, 10, 15))
 
 
-def bounds_parent(meta: Mapping[str, Any], path: str, attrs_of: Any) -> str | None:
-    """The path of the variable in ``meta`` whose ``bounds`` attribute names ``path`` (same group),
-    or None. ``attrs_of(path)`` gives a variable's attributes."""
+def bounds_parent(metadata: Mapping[str, ArrayMetadata], path: str) -> str | None:
+    """The path of the array in ``metadata`` whose ``bounds`` attribute names ``path`` (same group),
+    or None."""
     group, _, leaf = path.rpartition("/")
-    for key in meta:
-        if not key.endswith("/.zattrs"):
-            continue
-        var = key[: -len("/.zattrs")]
+    for var, m in metadata.items():
         if var == path or var.rpartition("/")[0] != group:
             continue
-        raw = meta[key]
-        if not isinstance(raw, bytes) or b'"bounds"' not in raw:
-            continue
-        if attrs_of(var).get("bounds") == leaf:
+        if m.attributes.get("bounds") == leaf:
             return var
     return None

@@ -18,32 +18,31 @@ from refset.combine.decoding import (
     same_calendar_after_1582,
     time_encoding,
 )
-from refset.combine.inputs import Inputs, Rows, inline_rows
-from refset.combine.values import fetched_zattrs, read_arrays, zarray, zattrs
+from refset.combine.values import attributes_of, read_arrays
 from refset.errors import InvalidReferences, Unsupported
+from refset.model.array import Array
 from refset.model.inline import positions_in
-from refset.model.keys import ChunkGrid
-from refset.model.producer import metadata_bytes
+from refset.model.metadata import ArrayMetadata, dtype_json
 from refset.model.refset import ReferenceSet
-from refset.model.table import INLINE, ChunkTable, KeyTable
+from refset.model.stack import Rows, SetStack, inline_rows
+from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable, KeyTable
 
 __all__ = ["Combiner"]
 
 #: Values of time variables read to see whether two calendars agree on them (at most).
 _DATES_CHECKED = 1 << 22
-_LAYOUT = ("chunks", "dtype", "compressor", "filters", "fill_value", "order", "dimension_separator")
 
 
 class Combiner:
-    def __init__(self, inputs: Inputs, coords: list[Coordinate], identical: set[str], check: bool,
+    def __init__(self, inputs: SetStack, coords: list[Coordinate], identical: set[str], check: bool,
                  so: Mapping[str, Any]) -> None:
         # so: fsspec options for the data files the references point into (identical dims' values)
         self.inputs, self.names, self.coords = inputs, inputs.names, coords
         self.identical, self.check, self.so = identical, check, so
         self.dim_names = {c.dim for c in coords}
         self.new = [c for c in coords if c.new]
-        self.meta: dict[str, bytes] = {}
-        self.tables: dict[str, ChunkTable] = {}
+        self.meta: dict[str, Any] = {}  # group-level keys (and array documents kept as references)
+        self.arrays: dict[str, Array] = {}
         self.maps: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}  # chunk maps per dim
         self.parents: dict[str, str] = {}  # variable -> the variable whose bounds it is ("": none)
 
@@ -56,39 +55,49 @@ class Combiner:
                 self.variable(path)
         for c in self.coords:
             self.coordinate(c)
-        other = KeyTable.from_items({k: (INLINE, 0, 0, 0, v) for k, v in self.meta.items()})
-        return ReferenceSet.from_tables(self.inputs.urls, self.tables, other, {"format": "memory"})
+        urls = list(self.inputs.urls)
+        ids = {u: i for i, u in enumerate(urls)}
+        rows: dict[str, tuple[int, int, int, int, bytes | None]] = {}
+        for k, v in self.meta.items():
+            if isinstance(v, bytes):
+                rows[k] = (INLINE, 0, 0, 0, v)
+                continue
+            pid = ids.setdefault(v[0], len(ids))  # a document stored in a file, kept as a reference
+            if pid == len(urls):
+                urls.append(v[0])
+            rows[k] = (RANGE, pid, v[1], v[2], None) if len(v) == 3 else (WHOLE, pid, 0, 0, None)
+        return ReferenceSet.from_arrays({}, self.arrays, urls, other=KeyTable.from_items(rows), validate=False)
 
     # -- one variable -------------------------------------------------------------------------------
     def variable(self, path: str) -> None:
         inp = self.inputs
-        key = f"{path}/.zarray"
-        have = [i for i in range(inp.n) if path in inp.grids[i] and key in inp.meta[i]]
+        have = [i for i in range(inp.n) if path in inp.metadata[i]]
         if not have:
             return
         i0 = have[0]
-        meta = zarray(inp.meta[i0], path)
-        attrs = zattrs(inp.meta[i0], path)
-        dims = list(attrs.get("_ARRAY_DIMENSIONS") or [])
+        meta = inp.metadata[i0][path]
+        attrs = self.attrs(i0, path)
+        dims = list(attrs.pop("_ARRAY_DIMENSIONS", None) or [])
         axes = {d: dims.index(d) for d in self.dim_names if d in dims}
         leaf = path.rsplit("/", 1)[-1]
         gains = [c for c in self.new if leaf not in self.identical and dims != [leaf]]  # not a dim coordinate
         if not axes and not gains:
             return self.copy(path, i0, have, meta)
-        raw0 = inp.meta[i0][key]
         for i in have[1:]:
-            if inp.meta[i][key] != raw0:  # the same document: the same layout
+            if inp.metadata[i][path] != meta:  # the same documents: the same layout
                 self.same_layout(path, i0, i, meta, axes)
         self.same_decoding(path, i0, have, dims)
         shape = [len(c.values) for c in gains] + [
-            len(self.coord(d).values) if d in axes else s for d, s in zip(dims, meta["shape"])]
-        chunks = [1] * len(gains) + list(meta["chunks"])
-        grid0 = inp.grids[i0][path]
-        grid = ChunkGrid(tuple(shape), tuple(chunks), grid0.separator, grid0.prefix, 2)
+            len(self.coord(d).values) if d in axes else s for d, s in zip(dims, meta.shape)]
+        chunks = [1] * len(gains) + list(meta.chunks)
+        new_dims = [c.dim for c in gains]
+        parent = self.parents.get(path)
+        if parent in self.dim_names and "units" not in attrs and self.coord(parent).decoded:
+            attrs = {**attrs, **self.coord(parent).decoded}  # bounds of times now held as datetime64
+        out = meta.replace(shape=shape, chunks=chunks, attributes=attrs, dimension_names=new_dims + dims)
+        grid = out.grid
         rows = inp.rows(path)
         sel: slice | np.ndarray = slice(None)
-        if len(have) < int(np.count_nonzero(np.diff(rows.bounds))):  # inputs with a grid but no .zarray
-            sel = np.isin(rows.owner, have)
         owner, flat = rows.owner[sel], rows.flat[sel]
         dst = np.empty(len(flat), np.int64)
         by_shape: dict[tuple[int, ...], list[int]] = {}
@@ -114,17 +123,9 @@ class Combiner:
             at = positions_in(first, inl.flat)  # the kept rows' new places
             kept = np.flatnonzero(at >= 0)
             inl = inl.take(kept).moved(at[kept])
-        self.tables[path] = ChunkTable.from_entries(grid, *cols, inline=inl.moved(cols[0][inl.flat]))
-        new_dims = [c.dim for c in gains]
-        self.meta[f"{path}/.zarray"] = metadata_bytes({**meta, "shape": shape, "chunks": chunks},
-                                                      f"{path}/.zarray")
-        parent = self.parents.get(path)
-        if parent in self.dim_names and "units" not in attrs and self.coord(parent).decoded:
-            attrs = {**attrs, **self.coord(parent).decoded}  # bounds of times now held as datetime64
-        self.meta[f"{path}/.zattrs"] = metadata_bytes({**attrs, "_ARRAY_DIMENSIONS": new_dims + dims},
-                                                      f"{path}/.zattrs")
+        self.arrays[path] = Array(out, ChunkTable.from_entries(grid, *cols, inline=inl.moved(cols[0][inl.flat])))
 
-    def overlaps(self, path: str, grid: ChunkGrid, dst: np.ndarray, owners: np.ndarray,
+    def overlaps(self, path: str, grid: Any, dst: np.ndarray, owners: np.ndarray,
                  strict: bool) -> np.ndarray | None:
         """Inputs placed on the same chunk: an error naming them when the variable has every concat
         dim (the inputs' coordinates are the same), else the rows to keep (the first of each)."""
@@ -183,41 +184,45 @@ class Combiner:
         done[todo] = True
         return m
 
-    def same_layout(self, path: str, i0: int, i: int, meta: Mapping[str, Any], axes: Mapping[str, int]) -> None:
-        other = zarray(self.inputs.meta[i], path)
-        for field in _LAYOUT:
-            if other.get(field) != meta.get(field) and not (
-                    field == "fill_value" and _same_nan(other.get(field), meta.get(field))):
-                if field in ("compressor", "filters") and decoding_codecs(other) == decoding_codecs(meta):
-                    continue  # e.g. zlib levels 2 and 6: one decoder
-                raise Unsupported(f"variable {path!r}: {field} {other.get(field)!r} in input "
-                                  f"{self.names[i]!r} differs from {meta.get(field)!r} in input "
-                                  f"{self.names[i0]!r}")
-        off = [a for a in range(len(meta["shape"])) if a not in axes.values()]
-        if [other["shape"][a] for a in off] != [meta["shape"][a] for a in off] or len(
-                other["shape"]) != len(meta["shape"]):
-            raise Unsupported(f"variable {path!r}: shape {other['shape']} in input {self.names[i]!r} "
-                              f"differs from {meta['shape']} in input {self.names[i0]!r} off the concat dims")
+    def same_layout(self, path: str, i0: int, i: int, meta: ArrayMetadata, axes: Mapping[str, int]) -> None:
+        """Input ``i``'s layout of ``path`` is the first input's, as decoding reads it."""
+        other = self.inputs.metadata[i][path]
+        fields = {
+            "zarr format": (other.zarr_format, meta.zarr_format),
+            "chunks": (list(other.chunks), list(meta.chunks)),
+            "dtype": (other.dtype_json, meta.dtype_json),
+            "codecs": (decoding_codecs(other), decoding_codecs(meta)),
+            "fill_value": (other.fill_value, meta.fill_value),
+            "order": (other.order, meta.order),
+            "dimension_separator": (other.grid.separator, meta.grid.separator),
+        }
+        for field, (got, want) in fields.items():
+            if got != want and not (field == "fill_value" and _same_nan(got, want)):
+                if field == "codecs":  # e.g. zlib levels 2 and 6 are one decoder: not a difference
+                    got, want = _spelled(other), _spelled(meta)
+                    field = "filters" if other.zarr_format == 2 and other.filters != meta.filters else (
+                        "compressor" if other.zarr_format == 2 else "codecs")
+                raise Unsupported(f"variable {path!r}: {field} {got!r} in input {self.names[i]!r} differs from "
+                                  f"{want!r} in input {self.names[i0]!r}")
+        off = [a for a in range(meta.ndim) if a not in axes.values()]
+        if other.ndim != meta.ndim or [other.shape[a] for a in off] != [meta.shape[a] for a in off]:
+            raise Unsupported(f"variable {path!r}: shape {list(other.shape)} in input {self.names[i]!r} "
+                              f"differs from {list(meta.shape)} in input {self.names[i0]!r} off the concat dims")
 
     def same_decoding(self, path: str, i0: int, have: list[int], dims: list[str]) -> None:
         """Every input's chunks of ``path`` are decoded with the first input's attributes: those that
-        decoding reads (:mod:`._decoding`) must agree, and the dims; refused naming both inputs."""
-        inp = self.inputs
-        key = f"{path}/.zattrs"
-        m0 = inp.meta[i0]
+        decoding reads (:mod:`.decoding`) must agree, and the dims; refused naming both inputs."""
         parent = self.parent(path, i0)
-        pkey = f"{parent}/.zattrs"
-        raw0, praw0 = m0.get(key), m0.get(pkey) if parent else None
+        same0 = self.attrs_identity(i0, path), self.attrs_identity(i0, parent) if parent else None
         want: dict[str, Any] | None = None
         dated: list[int] = []
         for i in have[1:]:
-            m = inp.meta[i]
-            if m.get(key) == raw0 and (not parent or m.get(pkey) == praw0):
+            if (self.attrs_identity(i, path), self.attrs_identity(i, parent) if parent else None) == same0:
                 continue  # the same documents
             if want is None:
                 want = decoding_attrs(self.attrs(i0, path), self.attrs(i0, parent) if parent else None)
             attrs = self.attrs(i, path)
-            got_dims = list(attrs.get("_ARRAY_DIMENSIONS") or [])
+            got_dims = list(attrs.pop("_ARRAY_DIMENSIONS", None) or [])
             if got_dims != dims:
                 raise Unsupported(f"variable {path!r}: dims {got_dims} in input {self.names[i]!r} differ from "
                                   f"{dims} in input {self.names[i0]!r}")
@@ -237,15 +242,22 @@ class Combiner:
             self.dates_after_1582(path, i0, dated, parent)
 
     def attrs(self, i: int, path: str) -> dict[str, Any]:
-        """Input ``i``'s attributes of ``path`` (read from the file a reference names, if so)."""
-        return fetched_zattrs(self.inputs.meta[i], path, self.so)
+        """Input ``i``'s attributes of ``path`` with its dims as ``_ARRAY_DIMENSIONS`` (read from the file
+        a reference names, if so): a new dict."""
+        return attributes_of(self.inputs, i, path, self.so)
+
+    def attrs_identity(self, i: int, path: str) -> Any:
+        """What input ``i``'s attributes of ``path`` are read from: equal for equal attributes."""
+        m = self.inputs.metadata[i].get(path)
+        key = f"{path}/.zattrs" if path else ".zattrs"
+        return (m.documents().get(".zattrs", m.documents().get("zarr.json")) if m is not None else None,
+                self.inputs.meta[i].get(key))
 
     def parent(self, path: str, i0: int) -> str:
         """The variable whose ``bounds`` names ``path`` in input ``i0`` ("" when none)."""
         got = self.parents.get(path)
         if got is None:
-            m0 = self.inputs.meta[i0]
-            got = self.parents[path] = bounds_parent(m0, path, lambda p: zattrs(m0, p)) or ""
+            got = self.parents[path] = bounds_parent(self.inputs.metadata[i0], path) or ""
         return got
 
     def dates_after_1582(self, path: str, i0: int, which: list[int], parent: str) -> None:
@@ -256,7 +268,7 @@ class Combiner:
         size = sum(int(np.prod(inp.grids[i][path].shape, dtype=np.int64)) for i in which)
         values = read_arrays(inp, path, which, self.so) if size <= _DATES_CHECKED else None
         for k, i in enumerate(which):
-            units, cal = time_encoding(zattrs(inp.meta[i], path), zattrs(inp.meta[i], parent) if parent else None)
+            units, cal = time_encoding(self.attrs(i, path), self.attrs(i, parent) if parent else None)
             if values is None or not same_calendar_after_1582(values[k], units, cal):
                 raise Unsupported(
                     f"variable {path!r}: calendar {cal!r} in input {self.names[i]!r} differs from "
@@ -264,15 +276,15 @@ class Combiner:
                     + ("are too many to check" if values is None else "reach before 1582-10-15")
                     + ", where the two calendars disagree")
 
-    def copy(self, path: str, i0: int, have: list[int], meta: Mapping[str, Any]) -> None:
+    def copy(self, path: str, i0: int, have: list[int], meta: ArrayMetadata) -> None:
         """A variable without concat dims: the first input's, checked when it is an identical dim."""
         inp = self.inputs
         leaf = path.rsplit("/", 1)[-1]
         if self.check and (leaf in self.identical or path in self.identical) and len(have) > 1:
             for i in have[1:]:
-                if zarray(inp.meta[i], path)["shape"] != meta["shape"]:
-                    raise InvalidReferences(f"identical dim {path!r}: shape {zarray(inp.meta[i], path)['shape']} "
-                                            f"in input {self.names[i]!r}, {meta['shape']} in {self.names[i0]!r}")
+                if inp.metadata[i][path].shape != meta.shape:
+                    raise InvalidReferences(f"identical dim {path!r}: shape {list(inp.metadata[i][path].shape)} "
+                                            f"in input {self.names[i]!r}, {list(meta.shape)} in {self.names[i0]!r}")
             values = read_arrays(inp, path, have, self.so)
             seen = {id(values[0])}  # inputs with the same references share one decoded array
             for i, v in zip(have[1:], values[1:]):
@@ -282,10 +294,10 @@ class Combiner:
                 if not np.array_equal(v, values[0], equal_nan=v.dtype.kind in "fc"):
                     raise InvalidReferences(f"identical dim {path!r}: values in input {self.names[i]!r} "
                                             f"differ from input {self.names[i0]!r}")
-        self.tables[path] = _table_of(inp.rows(path), i0, inp.grids[i0][path])
-        for suffix in (".zarray", ".zattrs"):
-            if f"{path}/{suffix}" in inp.meta[i0]:
-                self.meta[f"{path}/{suffix}"] = inp.meta[i0][f"{path}/{suffix}"]  # type: ignore[assignment]
+        self.arrays[path] = Array(meta, _table_of(inp.rows(path), i0, meta.grid))
+        key = f"{path}/.zattrs" if path else ".zattrs"
+        if key in inp.meta[i0]:  # its attributes stored in a file
+            self.meta[key] = inp.meta[i0][key]
 
     def coordinate(self, c: Coordinate) -> None:
         """The concat dim's coordinate, written inline in one chunk."""
@@ -293,35 +305,36 @@ class Combiner:
         if values.dtype.kind == "O":
             raise Unsupported(f"concat dim {c.dim!r}: coordinate values of Python type "
                               f"{type(values[0]).__name__} have no zarr dtype; give coo_dtypes")
-        base = {}
-        for m in self.inputs.meta:
-            if f"{c.dim}/.zarray" in m:
-                base = zarray(m, c.dim)
-                break
+        base = next((m[c.dim] for m in self.inputs.metadata if c.dim in m), None)
         n = len(values)
-        from refset.scan.writer import dtype_json
-
-        self.meta[f"{c.dim}/.zarray"] = metadata_bytes({
-            "chunks": [n], "compressor": None, "dtype": dtype_json(values.dtype),
-            "fill_value": base.get("fill_value") if base.get("dtype") == dtype_json(values.dtype) else None,
+        dtype = dtype_json(values.dtype)
+        meta = ArrayMetadata.from_v2({
+            "chunks": [n], "compressor": None, "dtype": dtype,
+            "fill_value": base.to_v2().fill_value if base is not None and base.to_v2().dtype_json == dtype else None,
             "filters": None, "order": "C", "shape": [n], "zarr_format": 2,
-        }, f"{c.dim}/.zarray")
-        self.meta[f"{c.dim}/.zattrs"] = metadata_bytes({**c.attrs, "_ARRAY_DIMENSIONS": [c.dim]},
-                                                       f"{c.dim}/.zattrs")
-        grid = ChunkGrid((n,), (n,))
+        }, {**c.attrs, "_ARRAY_DIMENSIONS": [c.dim]})
+        if base is not None and base.zarr_format == 3:
+            meta = meta.to_v3()
         one = np.zeros(1, np.int64)
-        self.tables[c.dim] = ChunkTable.from_entries(
-            grid, one, np.array([INLINE], np.uint8), one, one, one,
-            inline={0: np.ascontiguousarray(values).tobytes()})
+        self.arrays[c.dim] = Array(meta, ChunkTable.from_entries(
+            meta.grid, one, np.array([INLINE], np.uint8), one, one, one,
+            inline={0: np.ascontiguousarray(values).tobytes()}))
 
 
-def _table_of(rows: Rows, i: int, grid: ChunkGrid) -> ChunkTable:
+def _table_of(rows: Rows, i: int, grid: Any) -> ChunkTable:
     """Input ``i``'s table of ``rows``' variable."""
     s = rows.of(i)
     flat = rows.flat[s]
     inline = inline_rows(rows, s)
     return ChunkTable.from_entries(grid, flat, rows.kind[s], rows.path_id[s], rows.offset[s], rows.length[s],
                                    inline=inline.moved(flat[inline.flat]))
+
+
+def _spelled(m: ArrayMetadata) -> Any:
+    """The codecs as the metadata spells them (for messages)."""
+    if m.zarr_format == 2:
+        return list(m.filters) if m.filters else m.compressor
+    return list(m.codecs)
 
 
 def _shown(v: Any) -> str:

@@ -7,7 +7,6 @@ is read as the values it holds.
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 from collections.abc import Iterable, Mapping
@@ -17,48 +16,38 @@ import numpy as np
 
 from refset.errors import InvalidReferences, ReferenceNotReachable, Unsupported
 from refset.io.files import is_local, local_path
+from refset.model.metadata import ArrayMetadata
 from refset.model.table import INLINE, RANGE, WHOLE
 
 if TYPE_CHECKING:
-    from refset.combine.inputs import Inputs
+    from refset.model.stack import SetStack
 
-__all__ = ["read_arrays", "zarray", "zattrs", "fetched_zattrs", "fill_of"]
+__all__ = ["read_arrays", "attributes_of"]
 
 
-def zarray(rs: Mapping[str, Any], path: str) -> dict[str, Any]:
-    """The array's ``.zarray`` document in a set or an input's metadata (zarr v2; a zarr v3 set is
-    refused). Shared: do not change it."""
-    key = f"{path}/.zarray"
-    raw = rs.get(key)
+def attributes_of(stack: SetStack, i: int, path: str, storage_options: Mapping[str, Any] | None = None,
+                  ) -> dict[str, Any]:
+    """Set ``i``'s attributes of the array or group at ``path`` as a zarr v2 ``.zattrs`` reads (an
+    array's dims as ``_ARRAY_DIMENSIONS``), read from the file a reference names where the document is
+    stored in one; ``{}`` when there are none. A new dict."""
+    key = f"{path}/.zattrs" if path else ".zattrs"
+    raw = stack.meta[i].get(key)
+    m = stack.metadata[i].get(path)
     if raw is None:
-        if f"{path}/zarr.json" in rs:
-            raise Unsupported(f"{path!r}: combine reads zarr v2 sets (as kerchunk and refset.scan write "
-                              "them); this one is zarr v3")
-        raise InvalidReferences(f"{key!r}: missing")
-    return _json(raw, key)
-
-
-def zattrs(rs: Mapping[str, Any], path: str) -> dict[str, Any]:
-    """The ``.zattrs`` document of ``path`` (``{}`` when absent). Shared: do not change it."""
-    key = f"{path}/.zattrs" if path else ".zattrs"
-    raw = rs.get(key)
-    return {} if raw is None else _json(raw, key)
-
-
-def fetched_zattrs(rs: Mapping[str, Any], path: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
-    """:func:`zattrs`, also when the document is a reference to a file (read from it)."""
-    key = f"{path}/.zattrs" if path else ".zattrs"
-    raw = rs.get(key)
+        if m is None:
+            return {}
+        attrs = dict(m.attributes)
+        dims = m.dimension_names
+        if dims is not None:
+            attrs["_ARRAY_DIMENSIONS"] = list(dims)
+        return attrs
     if isinstance(raw, tuple):
         url, *span = raw
-        raw = _fetch([(url, span[0], span[0] + span[1]) if span else (url, 0, -1)], storage_options)[0]
-        return _json(bytes(raw), key)
-    return zattrs(rs, path)
+        raw = _fetch([(url, span[0], span[0] + span[1]) if span else (url, 0, -1)], storage_options or {})[0]
+    return dict(_json(bytes(raw), key))
 
 
-def _json(raw: Any, key: str) -> dict[str, Any]:
-    if not isinstance(raw, bytes):
-        raise Unsupported(f"{key!r}: metadata stored in a file, not in the set")
+def _json(raw: bytes, key: str) -> dict[str, Any]:
     out = _parse(raw)
     if isinstance(out, ValueError):
         raise InvalidReferences(f"{key!r}: not JSON ({out})")
@@ -76,30 +65,17 @@ def _parse(raw: bytes) -> Any:
         return e
 
 
-def fill_of(meta: Mapping[str, Any], dtype: np.dtype) -> Any:
-    """The decoded zarr v2 ``fill_value`` (None stays None)."""
-    v = meta.get("fill_value")
-    if v is None:
-        return None
-    if dtype.kind in "SV" and isinstance(v, str):
-        return np.frombuffer(base64.standard_b64decode(v), dtype)[0]
-    if dtype.kind in "fc" and isinstance(v, str):
-        return float(v)  # "NaN", "Infinity", "-Infinity"
-    return v
-
-
-def read_arrays(inputs: Inputs, path: str, which: Iterable[int],
+def read_arrays(inputs: SetStack, path: str, which: Iterable[int],
                 storage_options: Mapping[str, Any] | None = None) -> list[np.ndarray]:
     """The whole values of ``path`` in each input of ``which``; the chunks in files are fetched with one
-    ``cat_ranges`` call per filesystem for all inputs together, each distinct range once, and inputs
-    with the same metadata and references decoded once."""
+    round of concurrent reads for all inputs together, each distinct range once, and inputs with the
+    same metadata and references decoded once."""
     plans = []
     fetch: dict[tuple[str, int, int], int] = {}  # (url, start, end (-1: whole file)) -> its index
     rows = inputs.rows(path)
     urls = inputs.urls
     for i in which:
-        meta = zarray(inputs.meta[i], path)
-        dtype = np.dtype(_dtype(meta["dtype"], path))
+        meta = inputs.metadata[i][path]
         s = rows.of(i)
         chunks: list[tuple[int, Any]] = []
         for r, (f, k, p, o, n) in enumerate(zip(rows.flat[s].tolist(), rows.kind[s].tolist(),
@@ -109,25 +85,15 @@ def read_arrays(inputs: Inputs, path: str, which: Iterable[int],
                 chunks.append((f, rows.inline[r]))
             elif k in (RANGE, WHOLE):
                 chunks.append((f, fetch.setdefault((urls[p], o, o + n if k == RANGE else -1), len(fetch))))
-        grid = inputs.grids[i][path]
-        plans.append((meta, dtype, grid, chunks, path, (inputs.meta[i][f"{path}/.zarray"], grid, tuple(chunks))))
+        plans.append((meta, chunks, path, (meta, tuple(chunks))))
     data = _fetch(list(fetch), storage_options or {})
     done: dict[Any, np.ndarray] = {}
     out = []
-    for meta, dtype, grid, chunks, path, same in plans:
+    for meta, chunks, path, same in plans:
         if same not in done:
-            done[same] = _assemble(meta, dtype, grid,
-                                   [(f, data[c] if isinstance(c, int) else c) for f, c in chunks], path)
+            done[same] = _assemble(meta, [(f, data[c] if isinstance(c, int) else c) for f, c in chunks], path)
         out.append(done[same])
     return out
-
-
-def _dtype(spec: Any, path: str) -> Any:
-    if isinstance(spec, list):
-        return [tuple(x) for x in spec]
-    if not isinstance(spec, str):
-        raise InvalidReferences(f"{path}/.zarray: dtype {spec!r} is not a zarr v2 dtype")
-    return spec
 
 
 def _fetch(items: list[tuple[str, int, int]], storage_options: Mapping[str, Any]) -> list[bytes]:
@@ -190,8 +156,9 @@ def _read_local(url: str, start: int, end: int) -> bytes:
     return data
 
 
-def _codecs(meta: Mapping[str, Any], path: str) -> list[Any]:
-    specs = list(meta.get("filters") or []) + ([meta["compressor"]] if meta.get("compressor") else [])
+def _codecs(meta: ArrayMetadata, path: str) -> list[Any]:
+    v2 = meta.to_v2()
+    specs = [*v2.filters, *([v2.compressor] if v2.compressor else [])]
     if not specs:
         return []  # numcodecs not imported: ~0.1 s
     import numcodecs
@@ -199,21 +166,22 @@ def _codecs(meta: Mapping[str, Any], path: str) -> list[Any]:
     try:
         return [numcodecs.get_codec(dict(s)) for s in specs]
     except Exception as e:
-        raise Unsupported(f"{path}/.zarray: codec not available ({e})") from None
+        raise Unsupported(f"{path}: codec not available ({e})") from None
 
 
-def _assemble(meta: Mapping[str, Any], dtype: np.dtype, grid: Any, chunks: list[tuple[int, bytes]],
-              path: str) -> np.ndarray:
+def _assemble(meta: ArrayMetadata, chunks: list[tuple[int, bytes]], path: str) -> np.ndarray:
+    grid = meta.grid
+    dtype = meta.dtype
     shape, cshape = grid.shape, grid.chunks
-    if len(chunks) == 1 and len(shape) == 1 and dtype.kind not in "OUSV" and not meta.get("compressor") and \
-            not meta.get("filters") and isinstance(chunks[0][1], bytes) and chunks[0][0] == 0 and \
-            shape[0] <= cshape[0] and len(chunks[0][1]) in (dtype.itemsize * cshape[0], dtype.itemsize * shape[0]):
-        return np.frombuffer(chunks[0][1], dtype)[:shape[0]]  # one uncompressed chunk (or its values)
-    fill = fill_of(meta, dtype)
-    out = np.full(shape, fill if fill is not None else 0, dtype=dtype if dtype.kind != "O" else object)
     codecs = _codecs(meta, path)
+    if len(chunks) == 1 and len(shape) == 1 and dtype.kind not in "OUSV" and not codecs and \
+            isinstance(chunks[0][1], bytes) and chunks[0][0] == 0 and shape[0] <= cshape[0] and \
+            len(chunks[0][1]) in (dtype.itemsize * cshape[0], dtype.itemsize * shape[0]):
+        return np.frombuffer(chunks[0][1], dtype)[:shape[0]]  # one uncompressed chunk (or its values)
+    fill = meta.fill
+    out = np.full(shape, fill if fill is not None else 0, dtype=dtype if dtype.kind != "O" else object)
     per_chunk = int(np.prod(cshape, dtype=np.int64))
-    order = meta.get("order", "C")
+    order = meta.order
     for f, raw in chunks:
         buf: Any = raw
         for c in reversed(codecs):

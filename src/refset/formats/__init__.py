@@ -14,7 +14,8 @@ from typing import Any, Literal
 from refset.errors import InvalidReferences, Unsupported
 from refset.formats.registry import FORMATS, by_name, detect, detect_with_head, for_dest
 from refset.io.local import is_local, local_path
-from refset.model.refset import ReferenceSet, check_bounds
+from refset.model.producer import check_bounds
+from refset.model.refset import ReferenceSet
 
 __all__ = ["load", "save", "detect_format", "Format", "FORMATS"]
 

@@ -6,26 +6,42 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from refset.abc.source import Block, NotLoaded
+from refset.errors import InvalidReferences
+from refset.model.metadata import ArrayMetadata
 from refset.model.table import ChunkTable, KeyTable, Ref, resolve
 
 __all__ = ["MemorySource"]
 
 
 class MemorySource:
-    """A set held in memory: URL table, chunk tables and generic keys, all loaded."""
+    """A set held in memory: URL table, arrays (metadata and chunk tables) and other keys, all loaded."""
 
     def __init__(
         self,
         urls: tuple[str, ...],
+        metadata: Mapping[str, ArrayMetadata],
         tables: Mapping[str, ChunkTable],
         other: KeyTable,
         info: Mapping[str, object] | None = None,
     ) -> None:
         self._urls = tuple(urls)
+        self.metadata = dict(metadata)
         self.tables = dict(tables)
-        self.grids = {p: t.grid for p, t in self.tables.items()}
         self._other = other
         self._info = dict(info or {})
+
+    @classmethod
+    def of_parts(cls, urls: tuple[str, ...], tables: Mapping[str, ChunkTable], other: KeyTable,
+                 info: Mapping[str, object] | None = None) -> MemorySource:
+        """A source from readers' parts, whose ``other`` still holds the arrays' documents (trusted:
+        built by refset's own readers, each table on the grid its document describes)."""
+        from refset.model.producer import split_documents
+
+        metadata, rest = split_documents(other, list(tables))
+        missing = [p for p in tables if p not in metadata]
+        if missing:
+            raise InvalidReferences(f"array {missing[0]!r}: no metadata document describes its chunk grid")
+        return cls(urls, metadata, tables, rest, info)
 
     def urls(self) -> tuple[str, ...]:
         return self._urls
@@ -51,7 +67,8 @@ class MemorySource:
         raise KeyError(path)
 
     def count(self) -> int | None:
-        return len(self._other) + sum(t.count() for t in self.tables.values())
+        docs = sum(len(m.documents()) for m in self.metadata.values())
+        return len(self._other) + docs + sum(t.count() for t in self.tables.values())
 
     def info(self) -> dict[str, object]:
         return dict(self._info)

@@ -18,10 +18,12 @@ import numpy as np
 
 from refset.abc.source import NOT_LOADED, Block, Reopen, Source
 from refset.errors import InvalidReferences
-from refset.model.builder import Builder, check_ends
-from refset.model.keys import METADATA_NAMES, ChunkGrid, KeyRouter, array_key, chunk_keys, grid_from_metadata
+from refset.model.array import Array
+from refset.model.builder import Builder
+from refset.model.keys import ChunkGrid, KeyRouter, array_key, chunk_keys
 from refset.model.memory import MemorySource
-from refset.model.producer import tables_from_arrays
+from refset.model.metadata import ArrayMetadata
+from refset.model.producer import assemble
 from refset.model.table import (
     ABSENT,
     INLINE,
@@ -55,10 +57,15 @@ class ReferenceSet(Mapping[str, Ref]):
     def __init__(self, source: Source, *, origin: Reopen | None = None) -> None:
         self._source = source
         self._origin = origin  # (callable, args, kwargs) that opens the same set again
-        self._grids: Mapping[str, ChunkGrid] = MappingProxyType(dict(source.grids))
+        self._metadata: Mapping[str, ArrayMetadata] = MappingProxyType(dict(source.metadata))
+        self._grids: Mapping[str, ChunkGrid] = MappingProxyType({p: m.grid for p, m in self._metadata.items()})
         self.router = KeyRouter(self._grids)
+        self._docs: dict[str, bytes] = {key: text for path, m in self._metadata.items()
+                                        for name, text in m.documents().items()
+                                        for key in (array_key(path, name),)}
         self._tables: dict[str, ChunkTable] = {}
         self._other: KeyTable | None = None
+        self._key_table: KeyTable | None = None
         if isinstance(source, MemorySource):
             self._tables = dict(source.tables)
             self._other = source.other()
@@ -75,35 +82,27 @@ class ReferenceSet(Mapping[str, Ref]):
     def from_arrays(
         cls,
         metadata: Mapping[str, Any],
-        arrays: Mapping[str, Mapping[str, Any]],
+        arrays: Mapping[str, Any],
         urls: Sequence[str],
+        *,
+        other: KeyTable | None = None,
+        validate: bool = True,
+        info: Mapping[str, object] | None = None,
     ) -> ReferenceSet:
-        """The producers' constructor: chunk references as numpy arrays shaped like each chunk grid.
+        """The one constructor of sets in memory, for every producer (readers, scanners, combine).
 
         ``metadata`` maps keys (``.zgroup``, ``v/.zarray``, ``v/.zattrs``, ``v/zarr.json``) to dicts,
         JSON text or bytes. ``arrays`` maps an array path to ``{"path_id", "offset", "length"}``
         integer arrays of its grid's shape (``path_id == -1``: absent) and optionally ``"inline"``:
-        ``{chunk index: bytes}``. ``path_id`` indexes ``urls``. Checked once, vectorised; a problem
-        raises :class:`~refset.errors.InvalidReferences` naming the array and chunk index.
+        ``{chunk index: bytes}`` — or to a built :class:`~refset.model.table.ChunkTable`. ``path_id``
+        indexes ``urls``. ``other``: further keys (a :class:`~refset.model.table.KeyTable`, which may
+        hold the metadata documents too). Every array a document describes gets a table (empty when
+        none is given). Column arrays are always checked, once, vectorised; ``validate=False`` trusts
+        built tables and ``other`` (columns the caller made itself). A problem raises
+        :class:`~refset.errors.InvalidReferences` naming the array and chunk index.
         """
-        url_t, tables, other = tables_from_arrays(metadata, arrays, urls)
-        return cls(MemorySource(url_t, tables, other, {"format": "memory"}))
-
-    @classmethod
-    def from_tables(
-        cls,
-        urls: Sequence[str],
-        tables: Mapping[str, ChunkTable],
-        other: KeyTable | None = None,
-        info: Mapping[str, object] | None = None,
-    ) -> ReferenceSet:
-        """A set from built tables sharing the URL table ``urls`` (readers, combine), checked: every
-        path id lies in ``urls``, every table's grid is the one its metadata in ``other`` describes,
-        and no key of ``other`` is a chunk key of a table."""
-        url_t = tuple(urls)
-        other = other if other is not None else KeyTable.empty()
-        check_tables(url_t, tables, other)
-        return cls(MemorySource(url_t, tables, other, info or {"format": "memory"}))
+        url_t, meta, tables, rest = assemble(metadata, arrays, urls, other, validate)
+        return cls(MemorySource(url_t, meta, tables, rest, info or {"format": "memory"}))
 
     @classmethod
     def from_items(cls, items: Iterable[tuple[str, Ref]]) -> ReferenceSet:
@@ -111,7 +110,8 @@ class ReferenceSet(Mapping[str, Ref]):
         b = Builder()
         for k, v in items:
             b.add(k, v)
-        return cls.from_tables(*b.build_parts())
+        urls, tables, other = b.build_parts()
+        return cls.from_arrays({}, tables, urls, other=other)
 
     # -- what is stored -----------------------------------------------------------------------------
     @property
@@ -127,12 +127,26 @@ class ReferenceSet(Mapping[str, Ref]):
 
     @property
     def grids(self) -> Mapping[str, ChunkGrid]:
-        """``{array path: ChunkGrid}`` of every array with a chunk table."""
+        """``{array path: ChunkGrid}`` of every array."""
         return self._grids
 
     @property
+    def metadata(self) -> Mapping[str, ArrayMetadata]:
+        """``{array path: ArrayMetadata}`` of every array (known at open)."""
+        return self._metadata
+
+    def array(self, path: str) -> Array:
+        """The array at ``path``: its metadata and its chunk table (read now if the format is lazy)."""
+        return Array(self._metadata[path], self.table(path))
+
+    @property
+    def documents(self) -> Mapping[str, bytes]:
+        """``{key: text}`` of every array's metadata documents, derived from its metadata."""
+        return MappingProxyType(self._docs)
+
+    @property
     def other(self) -> KeyTable:
-        """Keys outside any chunk grid (metadata, plain key/value sets, non-canonical chunk keys)."""
+        """Keys outside the arrays (group metadata, plain key/value sets, non-canonical chunk keys)."""
         o = self._other
         if o is None:
             with self._lock:
@@ -141,16 +155,28 @@ class ReferenceSet(Mapping[str, Ref]):
                     o = self._other = self._source.other()
         return o
 
+    def key_table(self) -> KeyTable:
+        """Every key that is not a chunk key: the arrays' documents and the other keys, sorted (what
+        writers store beside the chunk tables, and what listings show)."""
+        t = self._key_table
+        if t is None:
+            other = self.other
+            docs = {k: (INLINE, 0, 0, 0, v) for k, v in self._docs.items()}
+            t = self._key_table = KeyTable.merged_rows(other, docs) if docs else other
+        return t
+
     def other_under(self, path: str) -> KeyTable:
-        """A table holding every key of :attr:`other` at or below directory ``path`` (cheaper than
-        :attr:`other` when the stored form can answer before reading everything)."""
+        """A table holding every key of :meth:`key_table` at or below directory ``path`` (cheaper than
+        it when the stored form can answer before reading everything)."""
         if self._other is None:
             with self._lock:
                 if self._other is None:
                     t = self._source.other_under(path)
                     if t is not None:
-                        return t
-        return self.other
+                        head = f"{path}/" if path else ""
+                        docs = {k: (INLINE, 0, 0, 0, v) for k, v in self._docs.items() if k.startswith(head)}
+                        return KeyTable.merged_rows(t, docs)
+        return self.key_table()
 
     def table(self, path: str) -> ChunkTable:
         """The chunk table of array ``path`` (read now if the format is lazy)."""
@@ -201,9 +227,9 @@ class ReferenceSet(Mapping[str, Ref]):
         return self._tables.get(path)
 
     @property
-    def arrays(self) -> Mapping[str, ChunkTable]:
-        """``{array path: ChunkTable}``, reading lazily stored tables on access."""
-        return _Tables(self)
+    def arrays(self) -> Mapping[str, Array]:
+        """``{array path: Array}``, reading lazily stored tables on access."""
+        return _Arrays(self)
 
     def loaded(self) -> ReferenceSet:
         """This set with every table read: an in-memory set sharing the columns, whose URL table is
@@ -212,7 +238,7 @@ class ReferenceSet(Mapping[str, Ref]):
             return self
         tables = {p: self.table(p) for p in self._grids}
         other = self.other
-        src = MemorySource(self.urls, tables, other, self.format_info())
+        src = MemorySource(self.urls, self._metadata, tables, other, self.format_info())
         return ReferenceSet(src, origin=self._origin)
 
     # -- lookup -------------------------------------------------------------------------------------
@@ -270,6 +296,9 @@ class ReferenceSet(Mapping[str, Ref]):
         loc = self.locate(key)
         if loc is not None:
             return self._chunk_ref(loc[0], loc[1], key)
+        doc = self._docs.get(key)
+        if doc is not None:
+            return doc
         o = self._other
         if o is None:
             r = self._source.lookup_other(key)
@@ -298,6 +327,9 @@ class ReferenceSet(Mapping[str, Ref]):
                 return b.ref(flat % size) if b is not None and b.decoded else NOT_LOADED
             row = t.row(flat)
             return None if row[0] == ABSENT else resolve(row, self._source.urls(), key)
+        doc = self._docs.get(key)
+        if doc is not None:
+            return doc
         o = self._other
         if o is None:
             return self._source.lookup_other(key)
@@ -316,7 +348,7 @@ class ReferenceSet(Mapping[str, Ref]):
     def __len__(self) -> int:
         n = self._source.count()
         if n is None:
-            n = len(self.other) + sum(self.table(p).count() for p in self._grids)
+            n = len(self.other) + len(self._docs) + sum(self.table(p).count() for p in self._grids)
         return n
 
     # -- iteration ----------------------------------------------------------------------------------
@@ -332,7 +364,7 @@ class ReferenceSet(Mapping[str, Ref]):
             yield from self.keys_at(path, present[start:start + KEY_BLOCK])
 
     def __iter__(self) -> Iterator[str]:
-        yield from self.other.keys.tolist()
+        yield from self.key_table().keys.tolist()
         for path in self._grids:
             yield from self.chunk_keys(path)
 
@@ -352,7 +384,7 @@ class ReferenceSet(Mapping[str, Ref]):
                 yield key, next(inline)
 
     def items(self) -> Iterator[tuple[str, Ref]]:  # type: ignore[override]
-        o = self.other
+        o = self.key_table()
         urls = self.urls
         cols = zip(o.keys.tolist(), o.kind.tolist(), o.path_id.tolist(), o.offset.tolist(),
                    o.length.tolist(), o.data.tolist(), strict=True)
@@ -371,8 +403,8 @@ class ReferenceSet(Mapping[str, Ref]):
         """Total length of byte-range references."""
         o = self.other
         total = int(o.length[o.kind == RANGE].sum(dtype=np.uint64))
-        for t in self.arrays.values():
-            _, kind, _, _, ln = t.entries()
+        for path in self._grids:
+            _, kind, _, _, ln = self.table(path).entries()
             total += int(ln[kind == RANGE].sum(dtype=np.uint64))
         return total
 
@@ -381,7 +413,7 @@ class ReferenceSet(Mapping[str, Ref]):
         n = sum(t.nbytes() for t in list(self._tables.values()))
         if self._other is not None:
             n += self._other.nbytes()
-        return n + sum(len(u) for u in self.urls)
+        return n + sum(len(u) for u in self.urls) + sum(len(d) for d in self._docs.values())
 
     def format_info(self) -> dict[str, object]:
         """Facts about the stored form that ``refset info`` prints."""
@@ -398,73 +430,24 @@ class ReferenceSet(Mapping[str, Ref]):
         m = self.loaded()
         src = m._source
         assert isinstance(src, MemorySource)
-        return (_from_memory, (src.urls(), src.tables, src.other(), src.info()))
-
-
-def check_bounds(tables: Mapping[str, ChunkTable], other: KeyTable) -> None:
-    """InvalidReferences naming the first range reference whose ``offset + length`` is not below
-    2**63 (one vectorised pass per table)."""
-    for path, t in tables.items():
-        flat, kind, _, off, ln = t.entries() if t.is_sparse else (None, t.kind, None, t.offset, t.length)
-        bad = check_ends(kind, off, ln)
-        if bad >= 0:
-            i = bad if flat is None else int(flat[bad])
-            raise InvalidReferences(f"array {path!r}, chunk {i} (flat index): offset {int(off[bad])} + "
-                                    f"length {int(ln[bad])} must be below 2**63")
-    bad = check_ends(other.kind, other.offset, other.length)
-    if bad >= 0:
-        raise InvalidReferences(f"refs[{other.keys[bad]!r}]: offset {int(other.offset[bad])} + length "
-                                f"{int(other.length[bad])} must be below 2**63")
-
-
-def check_tables(urls: tuple[str, ...], tables: Mapping[str, ChunkTable], other: KeyTable) -> None:
-    """The checks of :meth:`ReferenceSet.from_tables`; InvalidReferences naming what is wrong."""
-    located = [(f"array {p!r}", t.max_path_id(), int(t.kind_counts()[[RANGE, WHOLE]].sum()))
-               for p, t in tables.items()]
-    loc = (other.kind == RANGE) | (other.kind == WHOLE)
-    located.append(("other keys", int(other.path_id[loc].max(initial=0)), int(np.count_nonzero(loc))))
-    for name, top, n in located:
-        if n and top >= len(urls):
-            raise InvalidReferences(f"{name}: path id {top} outside the URL table of {len(urls)}")
-    check_bounds(tables, other)
-    for path, t in tables.items():
-        found = None
-        for name in METADATA_NAMES:
-            i = other.find(array_key(path, name))
-            if i >= 0 and other.kind[i] == INLINE:
-                found = grid_from_metadata(name, other.data[i])
-                break
-        if found != t.grid:
-            raise InvalidReferences(
-                f"array {path!r}: its table's grid (shape {t.grid.shape}, chunks {t.grid.chunks}) is not the "
-                f"one its metadata describes ({'none' if found is None else f'shape {found.shape}, chunks {found.chunks}'})")
-    if tables and len(other):
-        router = KeyRouter({p: t.grid for p, t in tables.items()})
-        keys = other.keys
-        for path in tables:
-            cand = keys if not path else keys[np.searchsorted(keys, path + "/"):np.searchsorted(keys, path + "0")]
-            for k in cand.tolist():
-                hit = router.locate(k)
-                if hit is not None:
-                    raise InvalidReferences(f"other keys: {k!r} is a chunk key of array {hit[0]!r}; "
-                                            "give it in that array's table")
+        return (_from_memory, (src.urls(), src.metadata, src.tables, src.other(), src.info()))
 
 
 def _reopen(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ReferenceSet:
     return fn(*args, **kwargs)  # type: ignore[no-any-return]
 
 
-def _from_memory(urls: tuple[str, ...], tables: dict[str, ChunkTable], other: KeyTable,
-                 info: dict[str, object]) -> ReferenceSet:
-    return ReferenceSet(MemorySource(urls, tables, other, info))
+def _from_memory(urls: tuple[str, ...], metadata: dict[str, ArrayMetadata], tables: dict[str, ChunkTable],
+                 other: KeyTable, info: dict[str, object]) -> ReferenceSet:
+    return ReferenceSet(MemorySource(urls, metadata, tables, other, info))
 
 
-class _Tables(Mapping[str, ChunkTable]):
+class _Arrays(Mapping[str, Array]):
     def __init__(self, rs: ReferenceSet) -> None:
         self._rs = rs
 
-    def __getitem__(self, path: str) -> ChunkTable:
-        return self._rs.table(path)
+    def __getitem__(self, path: str) -> Array:
+        return self._rs.array(path)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._rs.grids)

@@ -555,6 +555,27 @@ class KeyTable:
         order = order[last]
         return cls(sk[last], *(c[order] for c in cols), data[order])
 
+    @classmethod
+    def merged_rows(cls, first: KeyTable, rows: Mapping[str, Row]) -> KeyTable:
+        """``first`` plus ``rows`` (``{key: row}``); a key of ``rows`` replaces the same key of ``first``."""
+        if not rows:
+            return first
+        keep = first.without_rows(np.array([i for i in map(first.find, rows) if i >= 0], np.int64))
+        items = {k: keep.row(i) for i, k in enumerate(keep.keys.tolist())}
+        items.update(rows)
+        return cls.from_items(items)
+
+    def without_rows(self, rows: np.ndarray) -> KeyTable:
+        """This table without rows ``rows`` (itself when there are none)."""
+        rows = np.asarray(rows, np.int64)
+        rows = rows[rows >= 0]
+        if not rows.size:
+            return self
+        keep = np.ones(len(self.keys), bool)
+        keep[rows] = False
+        return KeyTable(self.keys[keep], self.kind[keep], self.path_id[keep], self.offset[keep],
+                        self.length[keep], self.data[keep])
+
     def __len__(self) -> int:
         return len(self.keys)
 

@@ -25,4 +25,5 @@ def rename_urls(rs: ReferenceSet, prefixes: Mapping[str, str]) -> ReferenceSet:
 
     urls, (remap,) = union_urls([[rename(u) for u in rs.urls]])
     tables = {p: rs.table(p).remap_paths(remap) for p in rs.grids}
-    return ReferenceSet.from_tables(urls, tables, rs.other.remap_paths(remap), rs.format_info())
+    return ReferenceSet.from_arrays({}, tables, urls, other=rs.key_table().remap_paths(remap), validate=False,
+                                    info=rs.format_info())

@@ -273,9 +273,6 @@ class SetWriter:
                 entry[4].append(flat)
                 entry[5].extend(data[at:at + flat.size])
                 at += flat.size
-        from refset.model.memory import MemorySource
-        from refset.model.producer import trusted_parts
-
         tables = {}
         for path, (grid, kind, off, ln, inl_flat, inl_data) in self.arrays.items():
             inline = (InlineBytes.from_values(np.concatenate(inl_flat), inl_data) if inl_flat
@@ -288,5 +285,4 @@ class SetWriter:
             else:
                 tables[path] = ChunkTable._trusted(grid, kind, np.zeros(grid.nchunks, np.uint16), off, ln,
                                                    inline)
-        return ReferenceSet(MemorySource(*trusted_parts(self.metadata, tables, [self.url]),
-                                         {"format": "memory"}))
+        return ReferenceSet.from_arrays(self.metadata, tables, [self.url], validate=False)

@@ -42,7 +42,7 @@ class KeyIndex:
         return self.rs.get(key)
 
     def _other_range(self, prefix: str, o: KeyTable | None = None) -> tuple[int, int]:
-        keys = (self.rs.other if o is None else o).keys
+        keys = (self.rs.key_table() if o is None else o).keys
         if not prefix:
             return 0, len(keys)
         return int(np.searchsorted(keys, prefix)), int(np.searchsorted(keys, prefix + _TOP))
@@ -138,7 +138,7 @@ class KeyIndex:
         """Every key starting with the string ``prefix`` (no path-boundary rule: zarr's
         ``list_prefix``); unordered across arrays."""
         lo, hi = self._other_range(prefix)
-        yield from self.rs.other.keys[lo:hi].tolist()
+        yield from self.rs.key_table().keys[lo:hi].tolist()
         for a, g in self.rs.grids.items():
             head = f"{a}/" if a else ""
             if head.startswith(prefix):

@@ -22,13 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from refset.combine.inputs import META_NAMES, Inputs, Rows
 from refset.formats.json.plan import Doc, base64_bytes, base64_many, member_shape
 from refset.formats.json.scan import Fallback, key_tails, same_spans, skip_ws, tails_in_grid
 from refset.model.builder import dotted_flat
 from refset.model.inline import InlineBytes
 from refset.model.keys import ChunkGrid, grid_from_metadata
+from refset.model.metadata import ArrayMetadata
 from refset.model.refset import ReferenceSet
+from refset.model.stack import META_NAMES, Rows, SetStack
 from refset.model.table import INLINE, RANGE, WHOLE, Ref
 
 __all__ = ["read_documents", "NotBatch", "BATCH"]
@@ -46,8 +47,8 @@ class NotBatch(Exception):
     """The inputs need the generic reader."""
 
 
-def read_documents(items: Sequence[Any], storage_options: Mapping[str, Any]) -> Inputs:
-    """The :class:`Inputs` of ``items`` (local JSON reference files, plain or compressed). Raises
+def read_documents(items: Sequence[Any], storage_options: Mapping[str, Any]) -> SetStack:
+    """The :class:`~refset.model.stack.SetStack` of ``items`` (local JSON reference files, plain or compressed). Raises
     :class:`NotBatch` for anything the generic reader must see.
 
     The next batch is read from disk and parsed on a helper thread (file reads and most numpy passes
@@ -347,7 +348,7 @@ class _Reader:
                 ids[u] = len(ids)
         return list(map(ids.__getitem__, urls))
 
-    def inputs(self, items: Sequence[Any], so: Mapping[str, Any]) -> Inputs:
+    def inputs(self, items: Sequence[Any], so: Mapping[str, Any]) -> SetStack:
         n = self.n
         parts, inline = self.parts, self.inline
 
@@ -365,11 +366,23 @@ class _Reader:
             return Rows(*cols, store, bounds)  # type: ignore[arg-type]
 
         def one_set(i: int) -> ReferenceSet:
-            from refset.combine import open_input
+            from refset.formats import load
 
-            return open_input(items[i], i, storage_options=so)[0]
+            return load(items[i], storage_options=so)
 
-        return Inputs([os.fspath(x) for x in items], list(self.url_ids), self.meta, self.grids, rows, one_set)
+        metadata: list[dict[str, ArrayMetadata]] = []
+        for meta, grids in zip(self.meta, self.grids, strict=True):
+            arrays = {}
+            for head in grids:
+                pre = f"{head}/" if head else ""
+                attrs = meta.get(pre + ".zattrs")
+                m = ArrayMetadata.parse(".zarray", meta[pre + ".zarray"], attrs if isinstance(attrs, bytes) else None)
+                assert m is not None  # its grid was read from the same text
+                arrays[head] = m
+                for name in m.documents():
+                    del meta[pre + name]  # derived from the metadata from now on
+            metadata.append(arrays)
+        return SetStack([os.fspath(x) for x in items], list(self.url_ids), metadata, self.meta, rows, one_set)
 
 
 _Parsed = tuple[Doc, np.ndarray, tuple[np.ndarray, ...], tuple[Any, ...]]

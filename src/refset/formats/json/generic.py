@@ -12,7 +12,6 @@ from refset.errors import InvalidReferences
 from refset.formats.json.v0 import refs_from_v0
 from refset.formats.json.v1 import DEFAULT_MAX_GEN, read_v1
 from refset.model.builder import Builder
-from refset.model.memory import MemorySource
 from refset.model.refset import ReferenceSet
 
 __all__ = ["from_document", "collect", "decode_json", "is_v1"]
@@ -90,6 +89,6 @@ def from_document(
     if problems:
         raise InvalidReferences(problems)
     info = {"format": "json", "version": 1 if is_v1(doc) else 0}
-    if b.extra_grids:  # grids handed in from outside are checked against the metadata
-        return ReferenceSet.from_tables(*b.build_parts(), info)
-    return ReferenceSet(MemorySource(*b.build_parts(), info))  # consistent as built
+    urls, tables, other = b.build_parts()
+    # grids handed in from outside are checked against the metadata; built ones are consistent
+    return ReferenceSet.from_arrays({}, tables, urls, other=other, validate=bool(b.extra_grids), info=info)

@@ -18,6 +18,7 @@ from refset.formats.json.plan import Plan
 from refset.formats.json.scan import Fallback
 from refset.formats.json.v1 import DEFAULT_MAX_GEN
 from refset.model.builder import Builder
+from refset.model.producer import drop_documents, split_documents
 from refset.model.table import ChunkTable, KeyTable, Ref, resolve
 
 __all__ = ["LazyJsonSource"]
@@ -34,7 +35,7 @@ class LazyJsonSource:
         self._url_ids = plan.builder.url_ids  # shared by every table built from the plan
         self._url_t: tuple[str, ...] = ()
         # string-valued keys (metadata, inline data): known at open
-        self._strings = plan.builder.build_other(plan.grids)
+        self.metadata, self._strings = split_documents(plan.builder.build_other(plan.grids), list(self.grids))
         self._done: tuple[tuple[str, ...], dict[str, ChunkTable], KeyTable] | None = None
 
     @property
@@ -75,7 +76,7 @@ class LazyJsonSource:
                 plan.classify()
             except Fallback:
                 return self._finish()[2]
-            return plan.builder.build_other(plan.grids)
+            return drop_documents(plan.builder.build_other(plan.grids), self.metadata)
         return self._finish()[2]
 
     def other_under(self, path: str) -> KeyTable | None:
@@ -120,6 +121,8 @@ class LazyJsonSource:
                                template_overrides=plan.template_overrides,
                                builder=Builder(url_ids=self._url_ids))  # ids handed out stay valid
             done = (rs.urls, {p: rs.table(p) for p in rs.grids}, rs.other)
+        else:
+            done = (done[0], done[1], drop_documents(done[2], self.metadata))
         self._done = done
         self._plan = None  # releases the text
         return done

@@ -70,7 +70,7 @@ def json_source(
         else:
             try:
                 urls, tables, other = plan.finish()
-                return MemorySource(urls, tables, other, {**plan.info, **(info or {})})
+                return MemorySource.of_parts(urls, tables, other, {**plan.info, **(info or {})})
             except Fallback:
                 pass
         data = plan.doc.data
@@ -79,7 +79,7 @@ def json_source(
     del data
     src = rs.source
     assert isinstance(src, MemorySource)
-    return MemorySource(src.urls(), src.tables, src.other(), {**src.info(), **(info or {})})
+    return MemorySource(src.urls(), src.metadata, src.tables, src.other(), {**src.info(), **(info or {})})
 
 
 def read_json(

@@ -150,7 +150,7 @@ def dumps_v0(rs: ReferenceSet) -> bytes:
     enc = msgspec.json.encode
     if _nested(rs.grids):
         return enc(rs.to_dict())  # an array inside another: their chunk keys may coincide
-    other = rs.other
+    other = rs.key_table()
     head = enc({key: v0_value(ref) for key, ref in itertools.islice(rs.items(), len(other))})
     parts = [head[:-1]]  # "{...other members" without the closing brace
     urls = _json_strings(rs.urls)

@@ -138,7 +138,7 @@ def v1_document(rs: ReferenceSet, *, gen: bool = False) -> dict[str, Any]:
     entries = {p: rs.table(p).entries() for p in rs.grids}
     urls = rs.urls  # after the tables: final
     uses = np.zeros(len(urls), np.int64)
-    o = rs.other
+    o = rs.key_table()
     refd = (o.kind == RANGE) | (o.kind == WHOLE)
     np.add.at(uses, o.path_id[refd].astype(np.int64), 1)
     runs: dict[str, np.ndarray] = {}

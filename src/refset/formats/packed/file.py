@@ -35,6 +35,7 @@ from refset.formats.packed.codec import BlockReader, BlockWriter
 from refset.formats.registry import PACKED_MAGIC, ZSTD_MAGIC
 from refset.io.files import decompress, reading_options, write_bytes
 from refset.model.keys import ChunkGrid, checked_grid
+from refset.model.producer import split_documents
 from refset.model.refset import ReferenceSet
 from refset.model.table import (
     ABSENT,
@@ -114,11 +115,11 @@ def pack(rs: ReferenceSet, *, level: int = 3, segment_chunks: int = DEFAULT_SEGM
     encode_strings(w, urls)
     url_entry = put(w.getvalue())
     w = BlockWriter(cctx)
-    encode_other(w, rs.other)
+    encode_other(w, rs.key_table())
     other_entry = put(w.getvalue())
     head_size = pos
     arrays = []
-    total = len(rs.other)
+    total = len(rs.key_table())
     for path, t in tables.items():
         g = t.grid
         n = g.nchunks
@@ -153,7 +154,7 @@ def pack(rs: ReferenceSet, *, level: int = 3, segment_chunks: int = DEFAULT_SEGM
     index = {
         "version": VERSION, "refs": total,
         "urls": {"count": len(urls), "block": url_entry},
-        "other": {"count": len(rs.other), "block": other_entry},
+        "other": {"count": len(rs.key_table()), "block": other_entry},
         "arrays": arrays,
     }
     index_bytes = cctx.compress(json.dumps(index, separators=(",", ":")).encode())
@@ -359,10 +360,17 @@ class PackedSource:
             assert grid is not None  # _check_index
             self.grids[a["path"]] = grid
             self._entries[a["path"]] = a
+        self.metadata, self._other = split_documents(other, list(self.grids))
+        for path, grid in self.grids.items():
+            m = self.metadata.get(path)
+            if m is None or m.grid != grid:
+                raise InvalidReferences(f"{src.name}: packed block index: array {path!r}: "
+                                        + ("no metadata document describes it" if m is None else
+                                           f"its metadata describes shape {m.shape}, chunks {m.chunks}; the "
+                                           f"index shape {grid.shape}, chunks {grid.chunks}"))
         self._src = src
         self._base = data_start
         self._urls = urls
-        self._other = other
         self._refs = int(index["refs"])
 
     def urls(self) -> tuple[str, ...]:

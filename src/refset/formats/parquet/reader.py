@@ -28,13 +28,15 @@ from refset.errors import InvalidReferences, Unsupported
 from refset.model.builder import check_ends
 from refset.model.keys import (
     ChunkGrid,
+    array_key,
     grid_from_document,
     grid_from_metadata,
     grid_problem,
     path_problem,
     split_metadata_key,
 )
-from refset.model.producer import metadata_bytes
+from refset.model.metadata import ArrayMetadata
+from refset.model.producer import array_metadata, metadata_bytes
 from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, sparse_grid
 
 if TYPE_CHECKING:
@@ -275,11 +277,24 @@ class ParquetSource:
         if problems:
             raise InvalidReferences(problems)
         self.grids = grids
+        self.metadata: dict[str, ArrayMetadata] = {}
+        for path in grids:
+            found = array_metadata(self._doc_table(path), path)
+            if found is None:  # unreachable: the grid was read from the same document
+                raise InvalidReferences(f"{source}/.zmetadata: array {path!r}: no metadata")
+            self.metadata[path] = found
+        self._array_docs = {array_key(p, name) for p, m in self.metadata.items() for name in m.documents()}
         self.store = store
         self.record_size = record_size
         self._url_ids: dict[str, int] = {}
         self._url_t: tuple[str, ...] = ()
         self._stats: dict[str, tuple[int, int, int, int]] = {}  # per array read: see info()
+
+    def _doc_table(self, path: str) -> KeyTable:
+        """The inline documents of the array at ``path``."""
+        names = [n for n in (".zarray", ".zattrs", "zarr.json") if array_key(path, n) in self._docs]
+        return KeyTable.from_items({array_key(path, n): (INLINE, 0, 0, 0, self._metadata(array_key(path, n)))
+                                    for n in names})
 
     def _metadata(self, key: str) -> bytes:
         data = self._meta.get(key)
@@ -294,13 +309,14 @@ class ParquetSource:
         return self._url_t
 
     def other(self) -> KeyTable:
-        return KeyTable.from_items({k: (INLINE, 0, 0, 0, self._metadata(k)) for k in self._docs})
+        return KeyTable.from_items({k: (INLINE, 0, 0, 0, self._metadata(k)) for k in self._docs
+                                    if k not in self._array_docs})
 
     def other_under(self, path: str) -> KeyTable | None:
         return None
 
     def lookup_other(self, key: str) -> Ref | None:
-        return self._metadata(key) if key in self._docs else None
+        return self._metadata(key) if key in self._docs and key not in self._array_docs else None
 
     def block_size(self, path: str) -> int:
         return self.record_size

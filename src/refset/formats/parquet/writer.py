@@ -55,7 +55,7 @@ def _is_v2_metadata(key: str) -> bool:
 def _split_other(rs: ReferenceSet) -> tuple[dict[str, object], list[tuple[str, int, int, int, int,
                                                                        bytes | None]]]:
     """``rs.other`` -> (metadata documents for ``.zmetadata``, remaining rows)."""
-    o = rs.other
+    o = rs.key_table()
     meta: dict[str, object] = {}
     rest = []
     cols = zip(o.keys.tolist(), o.kind.tolist(), o.path_id.tolist(), o.offset.tolist(),
@@ -188,7 +188,7 @@ def _collect(rs: ReferenceSet) -> tuple[dict[str, object], list[_Array]]:
     """Metadata documents and arrays to write; refuse what the layout cannot hold."""
     meta, rest = _split_other(rs)
     problems = []
-    v3 = [k for k in rs.other.keys.tolist() if k.rpartition("/")[2] == "zarr.json"]
+    v3 = [k for k in rs.key_table().keys.tolist() if k.rpartition("/")[2] == "zarr.json"]
     if v3:
         problems.append(f"zarr v3 metadata ({', '.join(v3[:5])}): fsspec's parquet layout indexes "
                         "chunks by .zarray only; save as 'json' or 'packed' instead")

@@ -1,8 +1,9 @@
-"""The inputs of one combine as columns: per input its metadata documents and chunk grids, per variable
-the chunk references of every input in one set of columns (input after input) over one URL table.
+"""Many sets held as columns (a :class:`SetStack`): per set its arrays' metadata and its group-level
+keys, per array path the chunk references of every set in one set of columns (set after set) over one
+URL table.
 
-Built from sets (scanned files, sets given, a Dask combine's intermediate sets: :meth:`Inputs.from_sets`)
-or straight from parsed reference documents without a set per input (``_docs``). The combiner works on
+Built from sets (:meth:`SetStack.from_sets`) or straight from many JSON documents by the JSON reader's
+batch entry (:func:`refset.formats.json.read_batch`), without a set per document. Combine works on
 these columns, so its cost per input is a few Python steps, not a few numpy calls per variable.
 """
 
@@ -14,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from refset.model.inline import InlineBytes, concat_inline
-from refset.model.keys import ChunkGrid
+from refset.model.metadata import ArrayMetadata
 from refset.model.refset import ReferenceSet
 from refset.model.table import INLINE, RANGE, WHOLE, Ref, resolve, union_urls
 
-__all__ = ["Inputs", "Rows", "META_NAMES"]
+__all__ = ["SetStack", "Rows", "META_NAMES", "inline_rows"]
 
 #: The keys combine reads besides chunk references: array and group metadata.
 META_NAMES = (".zarray", ".zattrs", ".zgroup", "zarr.json")
@@ -28,7 +29,7 @@ META_NAMES = (".zarray", ".zattrs", ".zgroup", "zarr.json")
 class Rows:
     """The chunk references of one variable in every input that has it. Row ``r`` belongs to input
     ``owner[r]`` (ascending); ``flat`` indexes that input's own grid; ``path_id`` indexes
-    :attr:`Inputs.urls` (0 for inline rows); ``inline`` holds the bytes of inline rows, by row."""
+    :attr:`SetStack.urls` (0 for inline rows); ``inline`` holds the bytes of inline rows, by row."""
 
     owner: np.ndarray
     flat: np.ndarray
@@ -57,18 +58,19 @@ class Rows:
         return slice(int(self.bounds[i]), int(self.bounds[i + 1]))
 
 
-class Inputs:
-    """``n`` inputs: ``names``, per input ``meta`` (its metadata keys: bytes, or a reference) and
-    ``grids``, one URL table ``urls``; :meth:`rows` per variable, :meth:`set` per input (built on
-    demand for a ``coo_map`` callable)."""
+class SetStack:
+    """``n`` sets: ``names``, per set its arrays' ``metadata`` and its group-level keys ``meta`` (group
+    documents, and array documents stored as references to files: bytes, or a reference), one URL table
+    ``urls``; :meth:`rows` per array path, :meth:`set` per set (built on demand)."""
 
-    def __init__(self, names: Sequence[str], urls: Sequence[str], meta: Sequence[Mapping[str, Ref]],
-                 grids: Sequence[Mapping[str, ChunkGrid]], rows: Callable[[str], Rows],
+    def __init__(self, names: Sequence[str], urls: Sequence[str], metadata: Sequence[Mapping[str, ArrayMetadata]],
+                 meta: Sequence[Mapping[str, Ref]], rows: Callable[[str], Rows],
                  sets: Callable[[int], ReferenceSet]) -> None:
         self.names = list(names)
         self.urls = tuple(urls)
+        self.metadata = [dict(m) for m in metadata]
         self.meta = list(meta)
-        self.grids = list(grids)
+        self.grids = [{p: m.grid for p, m in md.items()} for md in self.metadata]
         self._rows_of = rows
         self._set_of = sets
         self._rows: dict[str, Rows] = {}
@@ -94,17 +96,17 @@ class Inputs:
         return list(out)
 
     def group_keys(self, i: int) -> list[str]:
-        """Group-level metadata keys (``.zgroup``, a group's ``.zattrs``) of input ``i``."""
+        """Group-level metadata keys (``.zgroup``, ``zarr.json`` and ``.zattrs`` of groups) of set ``i``."""
         arrays = self.grids[i]
         out = []
         for key in self.meta[i]:
             head, _, name = key.rpartition("/")
-            if name in (".zgroup", ".zattrs") and head not in arrays:
+            if name in (".zgroup", ".zattrs", "zarr.json") and head not in arrays:
                 out.append(key)
         return sorted(out)
 
     @classmethod
-    def from_sets(cls, sets: Sequence[ReferenceSet], names: Sequence[str]) -> Inputs:
+    def from_sets(cls, sets: Sequence[ReferenceSet], names: Sequence[str]) -> SetStack:
         # every table read first: a lazily read set (parquet) knows its URL table only after its tables
         sets = [rs.loaded() for rs in sets]
         urls, remaps = union_urls([rs.urls for rs in sets])
@@ -127,11 +129,11 @@ class Inputs:
                 base += len(f)
             return Rows.of_parts(len(sets), parts, concat_inline(stores, at))
 
-        return cls(names, urls, meta, [rs.grids for rs in sets], rows, sets.__getitem__)
+        return cls(names, urls, [rs.metadata for rs in sets], meta, rows, sets.__getitem__)
 
 
 def _metadata(rs: ReferenceSet) -> dict[str, Ref]:
-    """The metadata keys of ``rs`` and their values."""
+    """The metadata keys of ``rs`` outside its arrays' metadata, and their values."""
     other, urls = rs.other, rs.urls
     return {k: resolve(other.row(i), urls, k) for i, k in enumerate(other.keys.tolist())
             if k.endswith(META_NAMES)}
