@@ -51,7 +51,7 @@ def info_dict(path: str, storage_options: dict[str, Any] | None = None) -> dict[
             "chunks_present": present,
             "chunks_total": g.nchunks,
             "fraction_present": round(present / g.nchunks, 4) if g.nchunks else 1.0,
-            "dtype": _dtype(rs, p, g.zarr_format),
+            "dtype": _dtype(rs, p),
         })
     out: dict[str, Any] = {
         "source": path,
@@ -71,14 +71,9 @@ def info_dict(path: str, storage_options: dict[str, Any] | None = None) -> dict[
     return out
 
 
-def _dtype(rs: Any, path: str, zarr_format: int) -> str | None:
-    """The data type an array's metadata declares (None when it cannot be read)."""
-    name = ".zarray" if zarr_format == 2 else "zarr.json"
-    try:
-        meta = json.loads(rs[f"{path}/{name}" if path else name])
-        dt = meta["dtype" if zarr_format == 2 else "data_type"]
-    except (KeyError, TypeError, ValueError):
-        return None
+def _dtype(rs: Any, path: str) -> str | None:
+    """The data type an array's metadata declares, as it spells it."""
+    dt = rs.metadata[path].dtype_json
     if isinstance(dt, dict) and isinstance(dt.get("name"), str):
         return str(dt["name"])
     return dt if isinstance(dt, str) else json.dumps(dt)

@@ -47,10 +47,18 @@ _OBJECT_CODECS = {"vlen-utf8": "string", "vlen-bytes": "variable_length_bytes"}
 _BLOSC_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
 
 
+def _numpy_value(o: Any) -> Any:
+    if isinstance(o, np.generic | np.ndarray):
+        return o.tolist()
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
 def _compact(doc: Any, where: str) -> bytes:
+    """A document as compact JSON (NaN/Infinity as Python writes them, as zarr v2 and fsspec read
+    them; numpy values as their Python values)."""
     try:
-        return json.dumps(doc, separators=(",", ":"), allow_nan=True).encode()
-    except (TypeError, ValueError) as e:
+        return json.dumps(doc, separators=(",", ":"), allow_nan=True, default=_numpy_value).encode()
+    except (TypeError, ValueError, RecursionError) as e:
         raise InvalidReferences(f"{where}: not JSON-serialisable ({e})") from None
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+
 from refset.model.refset import ReferenceSet
 from refset.model.table import union_urls
 
-__all__ = ["rename_urls"]
+__all__ = ["rename_urls", "with_zarr_format"]
 
 
 def rename_urls(rs: ReferenceSet, prefixes: Mapping[str, str]) -> ReferenceSet:
@@ -27,3 +29,55 @@ def rename_urls(rs: ReferenceSet, prefixes: Mapping[str, str]) -> ReferenceSet:
     tables = {p: rs.table(p).remap_paths(remap) for p in rs.grids}
     return ReferenceSet.from_arrays({}, tables, urls, other=rs.key_table().remap_paths(remap), validate=False,
                                     info=rs.format_info())
+
+
+def with_zarr_format(rs: ReferenceSet, zarr_format: int) -> ReferenceSet:
+    """``rs`` with every array's and group's metadata in zarr format ``zarr_format`` (2 or 3): arrays
+    translated by :class:`~refset.model.metadata.ArrayMetadata`, groups' ``.zgroup``/``.zattrs`` and
+    ``zarr.json`` into each other; chunk keys keep their spelling, chunk tables are shared."""
+    import json
+
+    from refset.errors import InvalidReferences, Unsupported
+    from refset.model.array import Array
+
+    if zarr_format not in (2, 3):
+        raise Unsupported(f"zarr_format: 2 or 3, got {zarr_format!r}")
+    rs = rs.loaded()
+    arrays = {}
+    for p, m in rs.metadata.items():
+        m2 = m.to_v3() if zarr_format == 3 else m.to_v2()
+        arrays[p] = Array(m2, rs.table(p).with_grid(m2.grid))  # the same cells, keys spelled as before
+    other = rs.other
+    groups: dict[str, dict[str, object]] = {}
+    drop: list[int] = []
+    for i, key in enumerate(other.keys.tolist()):
+        head, _, name = key.rpartition("/")
+        if name not in (".zgroup", ".zattrs", "zarr.json") or head in arrays:
+            continue
+        data = other.data[i]
+        if data is None:
+            raise Unsupported(f"{key!r}: group metadata stored in a file cannot be translated")
+        try:
+            doc = json.loads(data)
+        except ValueError as e:
+            raise InvalidReferences(f"{key!r}: not JSON ({e})") from None
+        g = groups.setdefault(head, {})
+        if name == ".zgroup" or (name == "zarr.json" and isinstance(doc, dict) and doc.get("node_type") == "group"):
+            g.setdefault("attributes", {})
+        elif name == ".zattrs" and isinstance(doc, dict):
+            g["attributes"] = doc
+        if name == "zarr.json" and isinstance(doc, dict):
+            g["attributes"] = doc.get("attributes") or {}
+        drop.append(i)
+    rest = other.without_rows(np.asarray(drop, np.int64))
+    metadata: dict[str, object] = {}
+    for head, g in groups.items():
+        pre = f"{head}/" if head else ""
+        attrs = g.get("attributes") or {}
+        if zarr_format == 3:
+            metadata[pre + "zarr.json"] = {"zarr_format": 3, "node_type": "group", "attributes": attrs}
+        else:
+            metadata[pre + ".zgroup"] = {"zarr_format": 2}
+            if attrs:
+                metadata[pre + ".zattrs"] = attrs
+    return ReferenceSet.from_arrays(metadata, arrays, rs.urls, other=rest, validate=False, info=rs.format_info())

@@ -16,28 +16,20 @@ from typing import Any
 import numpy as np
 
 from refset.errors import InvalidReferences, Unsupported
+from refset.model.array import Array
 from refset.model.inline import InlineBytes
-from refset.model.keys import ChunkGrid, checked_grid
-from refset.model.producer import metadata_bytes
+from refset.model.keys import ChunkGrid
+from refset.model.metadata import ArrayMetadata, fill_json
 from refset.model.refset import ReferenceSet
 from refset.model.table import INLINE, RANGE, ChunkTable, sparse_grid
 
-__all__ = ["SetWriter", "json_value", "json_attrs", "fill_json", "zarr_fill", "dtype_json", "cannot",
-           "split_rows"]
+__all__ = ["SetWriter", "json_value", "json_attrs", "zarr_fill", "cannot", "split_rows"]
 
 
 def cannot(variable: str, reason: str) -> Unsupported:
     """The error for a variable the scan cannot reference exactly."""
     return Unsupported(f"variable {variable!r}: {reason}; pass drop_variables=[{variable!r}] to scan "
                        "the rest of the file")
-
-
-def _float(x: float) -> float | str:
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    return x
 
 
 def json_value(v: Any) -> Any:
@@ -77,25 +69,6 @@ def json_attrs(attrs: Iterable[tuple[str, Any]], skip: frozenset[str] = frozense
     return {k: json_value(v) for k, v in attrs if k not in skip}
 
 
-def fill_json(value: Any, dtype: np.dtype) -> Any:
-    """A fill value as zarr v2 writes it in ``.zarray`` (exact for every dtype)."""
-    if value is None:
-        return None
-    if dtype.kind in "SV" or dtype.names is not None:
-        raw = np.asarray(value, dtype=dtype).tobytes()
-        return base64.standard_b64encode(raw).decode() if raw.strip(b"\0") else None
-    v = np.asarray(value, dtype=dtype).item()
-    if dtype.kind == "f":
-        return _float(float(v))
-    if dtype.kind == "c":
-        return [_float(v.real), _float(v.imag)]
-    if dtype.kind == "b":
-        return bool(v)
-    if dtype.kind == "U":
-        return str(v)
-    return int(v)
-
-
 def zarr_fill(value: Any, dtype: np.dtype) -> tuple[Any, Any]:
     """``(fill value for .zarray, _FillValue to keep in .zattrs or None)`` for a netCDF ``_FillValue``.
 
@@ -116,18 +89,6 @@ def zarr_fill(value: Any, dtype: np.dtype) -> tuple[Any, Any]:
             return None, f
         return int(f), None
     return value, None
-
-
-def dtype_json(dtype: np.dtype) -> Any:
-    """A numpy dtype as zarr v2 ``.zarray`` writes it (structured types as field lists)."""
-    if dtype.names is None:
-        return dtype.str
-    out = []
-    for name in dtype.names:
-        sub, _ = dtype.fields[name][:2]
-        base = dtype_json(sub.base)
-        out.append([name, base, list(sub.shape)] if sub.shape else [name, base])
-    return out
 
 
 def split_rows(shape: tuple[int, ...], itemsize: int, limit: int | None) -> int:
@@ -151,7 +112,7 @@ def split_rows(shape: tuple[int, ...], itemsize: int, limit: int | None) -> int:
 #: Metadata texts kept per header memo: one object header's variable, in the versions its files
 #: give (more means attribute values that change file by file: the store starts over).
 _MEMO_ARRAYS = 8
-_ZGROUP = b'{"zarr_format":2}'  # as metadata_bytes writes {"zarr_format": 2}
+_ZGROUP = b'{"zarr_format":2}'  # compact JSON, as every document refset writes
 
 
 class SetWriter:
@@ -161,7 +122,8 @@ class SetWriter:
     def __init__(self, url: str, inline_threshold: int) -> None:
         self.url = url
         self.inline_threshold = inline_threshold
-        self.metadata: dict[str, Any] = {".zgroup": _ZGROUP}
+        self.metadata: dict[str, Any] = {".zgroup": _ZGROUP}  # group documents
+        self.arrays_meta: dict[str, ArrayMetadata] = {}
         # per array: grid, kind, offset, length (flat, zero where not a range), inline flats and bytes
         self.arrays: dict[str, tuple[ChunkGrid, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray],
                                      list[bytes]]] = {}
@@ -206,33 +168,20 @@ class SetWriter:
             key = (path, tuple(dims), memo[1], tuple(shape), tuple(chunks), dtype, repr(filters), repr(fill))
             got = store.get(key)
             if got is not None:
-                self.metadata[f"{path}/.zarray"], self.metadata[f"{path}/.zattrs"], grid = got
-                self._columns(path, grid, offset, length, inline)
+                self.arrays_meta[path] = got
+                self._columns(path, got.grid, offset, length, inline)
                 return
-        zarray = {
-            "chunks": list(chunks),
-            "compressor": None,
-            "dimension_separator": ".",
-            "dtype": dtype_json(dtype),
-            "fill_value": fill,
-            "filters": filters or None,
-            "order": "C",
-            "shape": list(shape),
-            "zarr_format": 2,
-        }
-        zattrs = {**attrs, "_ARRAY_DIMENSIONS": list(dims)}
-        grid = checked_grid([int(x) for x in shape], [int(x) for x in chunks], ".", "", 2)
-        if grid is None:
-            raise InvalidReferences(f"arrays[{json.dumps(path)}]: no chunk grid: shape {list(shape)} "
-                                    f"and chunks {list(chunks)} do not describe a regular grid")
-        texts = tuple(metadata_bytes(doc, f"metadata[{json.dumps(f'{path}/{name}')}]")
-                      for name, doc in ((".zarray", zarray), (".zattrs", zattrs)))
+        try:
+            meta = ArrayMetadata.build(shape=shape, chunks=chunks, dtype=dtype, fill_value=fill,
+                                       filters=filters, attributes=attrs, dimension_names=dims)
+        except InvalidReferences as e:
+            raise InvalidReferences(f"arrays[{json.dumps(path)}]: {e}") from None
         if key is not None:
             if len(store) >= _MEMO_ARRAYS:
                 store.clear()
-            store[key] = (*texts, grid)
-        self.metadata[f"{path}/.zarray"], self.metadata[f"{path}/.zattrs"] = texts
-        self._columns(path, grid, offset, length, inline)
+            store[key] = meta
+        self.arrays_meta[path] = meta
+        self._columns(path, meta.grid, offset, length, inline)
 
     def _columns(self, path: str, grid: ChunkGrid, offset: np.ndarray | None, length: np.ndarray | None,
                  inline: Mapping[int, bytes] | None) -> None:
@@ -285,4 +234,5 @@ class SetWriter:
             else:
                 tables[path] = ChunkTable._trusted(grid, kind, np.zeros(grid.nchunks, np.uint16), off, ln,
                                                    inline)
-        return ReferenceSet.from_arrays(self.metadata, tables, [self.url], validate=False)
+        arrays = {p: Array(self.arrays_meta[p], t) for p, t in tables.items()}
+        return ReferenceSet.from_arrays(self.metadata, arrays, [self.url], validate=False)
