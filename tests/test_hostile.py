@@ -473,13 +473,9 @@ def test_template_bombs_are_bounded(bomb, where):
 def test_template_limits_are_configurable():
     doc = {"version": 1, "refs": {"k": ["{{ 'a' * 1000 }}", 0, 1]}}
     assert refset.load(doc)["k"][0] == "a" * 1000
-    old = refset.set_template_limits(memory=100)
-    try:
-        with pytest.raises(InvalidReferences, match=r"refs\[\"k\"\]\[0\]: template error: a repeated sequence "
-                                                     r"of 1000 bytes is over the template memory limit of 100"):
-            refset.load(doc)
-    finally:
-        refset.set_template_limits(seconds=old.seconds, memory=old.memory)
+    with pytest.raises(InvalidReferences, match=r"refs\[\"k\"\]\[0\]: template error: a repeated sequence "
+                                                 r"of 1000 bytes is over the template memory limit of 100"):
+        refset.load(doc, limits=refset.Limits(template_memory=100))
     assert refset.load(doc)["k"][0] == "a" * 1000
 
 

@@ -49,10 +49,8 @@ def _run(code: str, *args: str, cap: int = 1 << 30) -> str:
 _LOAD = """
 import sys, refset
 path, limit = sys.argv[1], int(sys.argv[2])
-if limit:
-    refset.set_limits(decompressed=limit)
 try:
-    rs = refset.load(path)
+    rs = refset.load(path, limits=refset.Limits(decompressed=limit) if limit else None)
     print("LOADED", len(rs))
 except refset.errors.InvalidReferences as e:
     print("REFUSED", e)
@@ -66,7 +64,7 @@ def test_json_bomb_of_1_gib(tmp_path, kind):
     assert path.stat().st_size < 2 * MiB
     out = _run(_LOAD, str(path), str(256 * MiB))
     assert out.startswith(f"REFUSED {path}: {kind} data expands to more than 268435456 bytes, the "
-                          "decompression limit (refset.set_limits(decompressed=...) changes it)"), out
+                          "decompression limit (limits=refset.Limits(decompressed=...) allows more)"), out
     # the default limit (4 GiB) is above the 1 GiB cap: running out of memory is the same kind of error
     out = _run(_LOAD, str(path), "0")
     assert out.startswith(f"REFUSED {path}: out of memory decompressing {kind} data after "), out
@@ -76,20 +74,22 @@ def test_small_bomb_within_the_limit_is_read(tmp_path):
     path = tmp_path / "b.json.gz"
     path.write_bytes(_gzip_bomb(8))
     assert refset.load(str(path))["a"] == b"b"
-    old = refset.set_limits(decompressed=4 * MiB)
-    try:
-        with pytest.raises(InvalidReferences, match=r"b.json.gz: gzip data expands to more than 4194304 bytes"):
-            refset.load(str(path))
-    finally:
-        refset.set_limits(decompressed=old.decompressed)
+    small = refset.Limits(decompressed=4 * MiB)
+    with pytest.raises(InvalidReferences, match=r"b.json.gz: gzip data expands to more than 4194304 bytes"):
+        refset.load(str(path), limits=small)
+    assert refset.load(str(path))["a"] == b"b"  # passed, not set: other loads keep the defaults
+    with pytest.raises(InvalidReferences, match=r"b.json.gz: gzip data expands"):  # a lazy set keeps its own
+        refset.ReferenceFileSystem(str(path), limits=small)
 
 
-def test_set_limits_checks_its_values():
+def test_limits_check_their_values():
     for bad in (0, -1, 1.5, True, "1"):
         with pytest.raises(ValueError, match="expected a positive integer"):
-            refset.set_limits(decompressed=bad)
-    old = refset.set_limits(gen_memory=123)
-    assert refset.set_limits(gen_memory=old.gen_memory).gen_memory == 123
+            refset.Limits(decompressed=bad)
+    with pytest.raises(ValueError, match="template_seconds: expected a positive number"):
+        refset.Limits(template_seconds=0)
+    with pytest.raises(AttributeError):
+        refset.Limits().gen_memory = 1  # frozen: one value, passed where it is needed
 
 
 @pytest.mark.parametrize("tail", [b"x", b"\x1f"])
@@ -283,8 +283,8 @@ def test_gen_over_the_memory_budget_is_refused_before_allocation():
     out = _run(_GEN, json.dumps(_gen_doc(50_000_000)))
     assert out.startswith("REFUSED gen: would need about "), out
     assert out.split()[6] == "bytes" and int(out.split()[5]) > 4294967296, out  # an estimate over the budget
-    assert ("for its 50000000 keys, more than the gen memory budget of 4294967296 (refset.set_limits("
-            "gen_memory=...) changes it)") in out
+    assert ("for its 50000000 keys, more than the gen memory budget of 4294967296 (limits=refset.Limits("
+            "gen_memory=...) allows more)") in out
 
 
 def test_gen_budget_is_configurable_and_counts_chunk_keys_cheaper():
@@ -292,14 +292,11 @@ def test_gen_budget_is_configurable_and_counts_chunk_keys_cheaper():
                                      "fill_value": None, "filters": None, "order": "C", "zarr_format": 2})}
     chunks = {**_gen_doc(1000, "x/{{i}}"), "refs": zarr}
     generic = _gen_doc(1000)
-    old = refset.set_limits(gen_memory=300_000)
-    try:
-        assert len(refset.load(chunks)) == 1001  # 96 B per chunk key, 112 B per URL of 12 characters
-        with pytest.raises(InvalidReferences, match="would need about 368000 bytes for its 1000 keys, more than "
-                                                    "the gen memory budget of 300000"):
-            refset.load(generic)
-    finally:
-        refset.set_limits(gen_memory=old.gen_memory)
+    limits = refset.Limits(gen_memory=300_000)
+    assert len(refset.load(chunks, limits=limits)) == 1001  # 96 B per chunk key, 112 B per URL of 12 characters
+    with pytest.raises(InvalidReferences, match="would need about 368000 bytes for its 1000 keys, more than "
+                                                "the gen memory budget of 300000"):
+        refset.load(generic, limits=limits)
     assert len(refset.load(generic)) == 1000
 
 
@@ -331,13 +328,10 @@ def test_gen_budget_counts_long_urls():
                 "gen": [{"key": "x/{{i}}", "url": "s3://b/" + "p" * prefix + "{{i}}.nc", "offset": "0",
                          "length": "100", "dimensions": {"i": {"stop": 100_000}}}]}
 
-    old = refset.set_limits(gen_memory=50_000_000)
-    try:
-        assert len(refset.load(doc(10))) == 100_001
-        with pytest.raises(InvalidReferences, match="for its 100000 keys, more than the gen memory budget of 50000000"):
-            refset.load(doc(2000))
-    finally:
-        refset.set_limits(gen_memory=old.gen_memory)
+    limits = refset.Limits(gen_memory=50_000_000)
+    assert len(refset.load(doc(10), limits=limits)) == 100_001
+    with pytest.raises(InvalidReferences, match="for its 100000 keys, more than the gen memory budget of 50000000"):
+        refset.load(doc(2000), limits=limits)
 
 
 def test_packed_string_count_without_bytes_is_bounded(tmp_path):
@@ -363,11 +357,8 @@ def test_gzip_content_encoding_over_http_is_bounded(tmp_path):
     (tmp_path / "bomb.json").write_bytes(gzip.compress(doc, 9))
     small = {"version": 1, "refs": {"x": "small"}}
     (tmp_path / "small.json").write_bytes(gzip.compress(json.dumps(small).encode()))
-    old = refset.set_limits(decompressed=1 << 20)
-    try:
-        with RangeServer(tmp_path, fault="gzip-encoding") as srv:
-            assert refset.load(f"{srv.url}/small.json").to_dict() == {"x": "small"}
-            with pytest.raises(InvalidReferences, match=r"bomb.json: gzip data expands to more than 1048576 bytes"):
-                refset.load(f"{srv.url}/bomb.json")
-    finally:
-        refset.set_limits(decompressed=old.decompressed)
+    limits = refset.Limits(decompressed=1 << 20)
+    with RangeServer(tmp_path, fault="gzip-encoding") as srv:
+        assert refset.load(f"{srv.url}/small.json", limits=limits).to_dict() == {"x": "small"}
+        with pytest.raises(InvalidReferences, match=r"bomb.json: gzip data expands to more than 1048576 bytes"):
+            refset.load(f"{srv.url}/bomb.json", limits=limits)

@@ -213,3 +213,18 @@ def test_fsspec_reads_our_v1(tmp_path: Path, simple: bool):
             continue  # fsspec drops gen with simple_templates=True (documented in docs/compat.md)
         if isinstance(v, list):
             assert list(theirs[k]) == v, k
+
+
+def test_a_function_template_used_without_a_call_is_refused() -> None:
+    """A template holding jinja markup is a function of keyword arguments: ``{{a}}`` rendered its repr
+    (``<function ... at 0x7f...>``, a URL that changed from run to run). Refused, naming the template;
+    the same template called renders (and a plain template still works as a name)."""
+    doc = {"version": 1, "templates": {"a": "{{ 7**(7**9) }}", "u": "s3://b"},
+           "refs": {"k": ["{{a}}", 0, 1]}}
+    with pytest.raises(InvalidReferences, match=r'refs\["k"\]\[0\]: templates\[.a.\] holds jinja markup.*'
+                                                 r"use it as a call"):
+        refset.load(doc)
+    ok = {"version": 1, "templates": {"f": "s3://b/{{ n }}.nc", "u": "s3://b"},
+          "refs": {"k": ["{{f(n=3)}}", 0, 1], "j": ["{{u}}/x", 0, 1]}}
+    got = refset.load(ok)
+    assert got["k"] == ("s3://b/3.nc", 0, 1) and got["j"] == ("s3://b/x", 0, 1)

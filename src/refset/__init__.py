@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any
 from refset.combine import combine
 from refset.errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
 from refset.formats import load, save
-from refset.formats.json.templates import TemplateLimits, set_template_limits
 from refset.model.keys import ChunkGrid
 from refset.model.refset import ReferenceSet
 from refset.model.table import ChunkTable, KeyTable, concat_tables, union_urls
 from refset.model.transforms import rename_urls
-from refset.options import Limits, set_limits
+from refset.options import Limits
 from refset.scan import scan
 
 if TYPE_CHECKING:
@@ -26,9 +25,6 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "set_template_limits",
-    "TemplateLimits",
-    "set_limits",
     "Limits",
     "load",
     "save",

@@ -1,31 +1,39 @@
-"""Process-wide bounds on what reading a reference set may allocate (see docs/reliability.md)."""
+"""Bounds on what reading a reference set may spend: one frozen :class:`Limits`, passed where it is needed
+(``refset.load(..., limits=)``, ``refset.ReferenceFileSystem(..., limits=)``,
+``refset.open_dataset(..., limits=)``) and kept by a set opened with it (see docs/reliability.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Limits", "LIMITS", "set_limits"]
+__all__ = ["Limits", "DEFAULT_LIMITS"]
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Limits:
-    """``decompressed``: bytes a gzip/zstd document or packed index may expand to.
-    ``gen_memory``: bytes a document's ``gen`` blocks may be estimated to need once expanded."""
+    """Bounds on reading one reference set.
+
+    ``decompressed``: bytes a gzip/zstd document or a packed block may expand to.
+    ``gen_memory``: bytes a document's Version 1 ``gen`` blocks may be estimated to need once expanded.
+    ``template_seconds``: seconds of jinja2 rendering a document's templates may take in all (a
+    watchdog stops a template that runs on).
+    ``template_memory``: bytes any one value a template builds, and its output, may take.
+    """
 
     decompressed: int = 4 << 30
     gen_memory: int = 4 << 30
+    template_seconds: float = 1.0
+    template_memory: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("decompressed", "gen_memory", "template_memory"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+                raise ValueError(f"Limits.{name}: expected a positive integer, got {value!r}")
+        t = self.template_seconds
+        if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
+            raise ValueError(f"Limits.template_seconds: expected a positive number, got {t!r}")
 
 
-LIMITS = Limits()
-
-
-def set_limits(decompressed: int | None = None, gen_memory: int | None = None) -> Limits:
-    """Change the process-wide limits (see :class:`Limits`); returns the old ones."""
-    old = Limits(LIMITS.decompressed, LIMITS.gen_memory)
-    for name, value in (("decompressed", decompressed), ("gen_memory", gen_memory)):
-        if value is None:
-            continue
-        if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
-            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-        setattr(LIMITS, name, value)
-    return old
+#: The limits used where none are given.
+DEFAULT_LIMITS = Limits()

@@ -16,6 +16,7 @@ from refset.formats.registry import FORMATS, by_name, detect, detect_with_head, 
 from refset.io.local import is_local, local_path
 from refset.model.producer import check_bounds
 from refset.model.refset import ReferenceSet
+from refset.options import DEFAULT_LIMITS, Limits
 
 __all__ = ["load", "save", "detect_format", "Format", "FORMATS"]
 
@@ -32,6 +33,7 @@ def load(
     *,
     storage_options: Mapping[str, Any] | None = None,
     cache_size: int | None = None,
+    limits: Limits | None = None,
     **options: Any,
 ) -> ReferenceSet:
     """Read a reference set.
@@ -42,7 +44,8 @@ def load(
     a parquet reference directory, or a packed file. ``options`` go to the format's reader (for JSON:
     ``lazy``, ``max_gen``, ``template_overrides``). ``cache_size``: decoded blocks (parquet records,
     packed segments) kept for single-key lookups. Malformed input raises
-    :class:`~refset.errors.InvalidReferences`.
+    :class:`~refset.errors.InvalidReferences`. ``limits``: bounds on what reading may spend
+    (:class:`~refset.options.Limits`; the defaults when None), kept by a set that reads lazily.
 
     ``lazy=True`` (JSON files over 64 KiB): read keys, metadata and inline values now and the chunk
     tables on first use, keeping the text in memory until then; problems in chunk references are
@@ -58,21 +61,24 @@ def load(
 
         _json_options(options, "a mapping")
         options.pop("lazy", None)
-        rs = from_document(source, **options)
+        rs = from_document(source, limits=limits or DEFAULT_LIMITS, **options)
     elif isinstance(source, bytes | bytearray | memoryview):
         from refset.formats.json.read import json_source
 
         _json_options(options, "JSON text")
-        rs = ReferenceSet(json_source([bytes(source)], **options))
+        rs = ReferenceSet(json_source([bytes(source)], limits=limits or DEFAULT_LIMITS, **options))
     elif isinstance(source, str | os.PathLike):
         path = os.fspath(source)
         if is_local(path, storage_options) and not path.startswith("file://"):
             path = os.path.abspath(local_path(path))  # reopened elsewhere (a Dask worker) from any directory
         spec, head = detect_with_head(path, storage_options)
-        src = spec.read(path, storage_options=storage_options, head=head, **options)
+        src = spec.read(path, storage_options=storage_options, head=head, limits=limits or DEFAULT_LIMITS,
+                        **options)
         kwargs = dict(options)
         if storage_options:
             kwargs["storage_options"] = dict(storage_options)
+        if limits is not None:
+            kwargs["limits"] = limits
         if cache_size is not None:
             kwargs["cache_size"] = cache_size
         rs = ReferenceSet(src, origin=(load, (path,), kwargs))

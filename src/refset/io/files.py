@@ -13,7 +13,7 @@ from typing import Any
 from refset.errors import InvalidReferences
 from refset.formats.registry import GZIP_MAGIC, ZSTD_MAGIC
 from refset.io.local import is_local, local_path
-from refset.options import LIMITS
+from refset.options import DEFAULT_LIMITS
 
 __all__ = ["read_bytes", "write_bytes", "decompress", "compress", "file_mode", "is_local", "local_path",
            "remote_leftovers", "rm_tree", "reading_options"]
@@ -24,9 +24,9 @@ _IN = 1 << 20  # gzip input per step
 _ZIN = 1 << 12  # zstd input per step: one 4-byte RLE block can hold 128 KiB, so <= 128 MiB out per step
 
 
-def decompress(data: bytes, name: str = "", limit: int | None = None) -> bytes | bytearray:
+def decompress(data: bytes, name: str = "", limit: int = DEFAULT_LIMITS.decompressed) -> bytes | bytearray:
     """Undo gzip or zstd compression, recognised by magic bytes (never by name alone). The output is
-    bounded by ``limit`` bytes (default ``refset.options.LIMITS.decompressed``): a bomb ends in
+    bounded by ``limit`` bytes (``Limits.decompressed``): a bomb ends in
     InvalidReferences naming ``name`` and the limit before it takes the memory."""
     if data[:2] == GZIP_MAGIC:
         return _collect(_gunzip(data), name or "input", "gzip", limit)
@@ -35,17 +35,16 @@ def decompress(data: bytes, name: str = "", limit: int | None = None) -> bytes |
     return data
 
 
-def _collect(chunks: Iterator[bytes], name: str, kind: str, limit: int | None) -> bytearray:
+def _collect(chunks: Iterator[bytes], name: str, kind: str, limit: int) -> bytearray:
     import zstandard
 
-    limit = LIMITS.decompressed if limit is None else limit
     out = bytearray()
     try:
         for chunk in chunks:
             if len(out) + len(chunk) > limit:
                 raise InvalidReferences(
                     f"{name}: {kind} data expands to more than {limit} bytes, the decompression limit "
-                    "(refset.set_limits(decompressed=...) changes it)"
+                    "(limits=refset.Limits(decompressed=...) allows more)"
                 )
             out += chunk
     except MemoryError:

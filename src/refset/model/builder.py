@@ -9,7 +9,14 @@ import numpy as np
 
 from refset.errors import InvalidReferences
 from refset.model.inline import InlineBytes, concat_inline
-from refset.model.keys import METADATA_NAMES, ChunkGrid, KeyRouter, grid_from_metadata, split_metadata_key
+from refset.model.keys import (
+    METADATA_NAMES,
+    ChunkGrid,
+    KeyRouter,
+    flat_indices,
+    grid_from_metadata,
+    split_metadata_key,
+)
 from refset.model.table import (
     INLINE,
     MAX_END,
@@ -23,7 +30,7 @@ from refset.model.table import (
     min_uint,
 )
 
-__all__ = ["Builder", "check_ends", "route", "dotted_flat"]
+__all__ = ["Builder", "check_ends", "route"]
 
 
 def check_ends(kind: np.ndarray, offset: np.ndarray, length: np.ndarray) -> int:
@@ -257,8 +264,6 @@ class Builder:
         return tuple(self.url_ids), tables, other
 
 
-#: From this many chunk keys of one array, its keys are parsed in one vectorised pass.
-VECTOR_KEYS = 4096
 
 
 def route(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
@@ -280,27 +285,7 @@ def route(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
                 r[0].append(hit[1])
                 r[1].append(v)
         return {p: (np.array(f, np.int64), refs) for p, (f, refs) in routed.items()}, rest
-    if len(items) > LAYOUT_KEYS:
-        return _route_dotted(items, grids)
-    # sets made from many files repeat one layout: route the keys once, then only pick the values
-    keys, vals = tuple(items), tuple(items.values())
-    sig = (keys, tuple((p, g.grid_shape) for p, g in grids.items()))
-    layout = _LAYOUTS.get(sig)
-    if layout is None:
-        layout = _route_dotted(dict(zip(keys, range(len(keys)))), grids)  # type: ignore[arg-type]
-        for flat, _ in layout[0].values():
-            flat.flags.writeable = False
-        if len(_LAYOUTS) >= 8:
-            _LAYOUTS.pop(next(iter(_LAYOUTS)), None)
-        _LAYOUTS[sig] = layout
-    routed_pos, rest_pos = layout
-    out = {p: (flat, [vals[i] for i in pos]) for p, (flat, pos) in routed_pos.items()}  # type: ignore[misc]
-    return out, {k: vals[i] for k, i in rest_pos.items()}  # type: ignore[misc]
-
-
-#: Up to this many keys, a document's routing is cached by its keys (``route``).
-LAYOUT_KEYS = 1 << 14
-_LAYOUTS: dict[tuple[object, ...], tuple[dict[str, tuple[np.ndarray, list[Ref]]], dict[str, Ref]]] = {}
+    return _route_dotted(items, grids)
 
 
 def _route_dotted(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
@@ -322,7 +307,7 @@ def _route_dotted(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
     for path, (keys, tails, refs) in cand.items():
         if not keys:
             continue
-        flat = dotted_flat(tails, grids[path].grid_shape)
+        flat = flat_indices(tails, grids[path].grid_shape)
         good = flat >= 0
         if not good.all():
             for i in np.flatnonzero(~good).tolist():  # not a chunk key of the grid: a generic key
@@ -332,86 +317,3 @@ def _route_dotted(items: Mapping[str, Ref], grids: Mapping[str, ChunkGrid],
         if flat.size:
             out[path] = (flat, refs)
     return out, rest
-
-
-def dotted_flat(tails: list[str], grid: tuple[int, ...]) -> np.ndarray:
-    """Flat C-order chunk index of each "."-separated key tail (``"i.j.k"``; ``"0"`` in a scalar's
-    grid) in a grid of chunk-grid shape ``grid``; -1 where a tail is no canonical chunk key of it."""
-    if not grid:
-        return np.array([0 if t == "0" else -1 for t in tails], np.int64)
-    if len(tails) >= VECTOR_KEYS:
-        return _dotted_flat(tails, grid)
-    return _cached_flat(tails, grid)
-
-
-# Flat indices of the chunk key tails seen lately, per grid shape: sets made from many files repeat
-# the same small grids. Bounded; a race between threads only repeats work.
-_FLAT_CACHE: dict[tuple[int, ...], dict[str, int]] = {}
-_FLAT_CACHE_SIZE = 1 << 16
-
-
-def _cached_flat(tails: list[str], grid: tuple[int, ...]) -> np.ndarray:
-    """:func:`_dotted_flat` for a few tails, through the cache."""
-    cache = _FLAT_CACHE.get(grid)
-    if cache is None:
-        if len(_FLAT_CACHE) >= 256:
-            _FLAT_CACHE.clear()
-        cache = _FLAT_CACHE[grid] = {}
-    get = cache.get
-    flat = [get(t) for t in tails]
-    if None in flat:
-        if len(cache) + len(tails) > _FLAT_CACHE_SIZE:
-            cache.clear()
-        for i, t in enumerate(tails):
-            if flat[i] is None:
-                flat[i] = cache[t] = _one_flat(t, grid)
-    return np.array(flat, np.int64)
-
-
-def _dotted_flat(tails: list[str], grid: tuple[int, ...]) -> np.ndarray:
-    """Flat C-order chunk index of each ``i.j.k`` in ``tails`` (canonical decimals, one per axis of
-    ``grid``, inside it), -1 where a tail is not one."""
-    n, nd = len(tails), len(grid)
-    out = np.full(n, -1, np.int64)
-    text = "\n".join(tails) + "\n"
-    if not text.isascii():
-        return np.array([_one_flat(t, grid) for t in tails], np.int64)
-    a = np.frombuffer(text.encode(), np.uint8)
-    end = a == 10
-    sep = end | (a == 46)
-    digit = (a >= 48) & (a <= 57)
-    row = np.concatenate(([0], np.cumsum(end)[:-1]))  # the tail of each byte
-    bad = np.zeros(n, bool)
-    np.logical_or.at(bad, row[~(digit | sep)], True)
-    bad |= np.bincount(row[a == 46], minlength=n) != nd - 1
-    starts = np.flatnonzero(np.concatenate(([True], sep[:-1])))  # first byte of each number
-    lens = np.diff(np.concatenate((starts, [a.size]))) - 1  # its digits (the separator excluded)
-    srow = row[starts]
-    np.logical_or.at(bad, srow[(lens < 1) | (lens > 18) | ((a[starts] == 48) & (lens > 1))], True)
-    if bad.all():
-        return out
-    seg = np.cumsum(np.concatenate(([False], sep[:-1])))  # the number of each byte
-    power = lens[seg] - 1 - (np.arange(a.size) - starts[seg])  # 10**power: each digit's weight
-    d = digit & (power >= 0) & (power <= 18)
-    val = np.zeros(starts.size, np.int64)
-    np.add.at(val, seg[d], (a[d] - 48).astype(np.int64) * 10 ** power[d].astype(np.int64))
-    ok = np.flatnonzero(~bad)
-    idx = val[~bad[srow]].reshape(-1, nd)
-    inside = (idx < np.array(grid, np.int64)).all(axis=1)
-    out[ok[inside]] = np.ravel_multi_index(tuple(idx[inside].T), grid)
-    return out
-
-
-def _one_flat(tail: str, grid: tuple[int, ...]) -> int:
-    parts = tail.split(".")
-    if len(parts) != len(grid):
-        return -1
-    flat = 0
-    for p, n in zip(parts, grid):
-        if not (p.isdigit() and p.isascii() and (p == "0" or p[0] != "0")):
-            return -1
-        i = int(p)
-        if i >= n:
-            return -1
-        flat = flat * n + i
-    return flat

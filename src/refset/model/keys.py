@@ -10,10 +10,12 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from refset.model.swar import HI, U8, ZEROS, byte_lt, masked, swar8, top_byte
 
 __all__ = [
     "ChunkGrid",
@@ -27,6 +29,10 @@ __all__ = [
     "METADATA_NAMES",
     "path_problem",
     "grid_problem",
+    "flat_of",
+    "flat_indices",
+    "key_tails",
+    "tails_in_grid",
 ]
 
 METADATA_NAMES = (".zarray", "zarr.json")
@@ -90,6 +96,12 @@ class ChunkGrid:
             flat = flat * n + i
         return flat
 
+    def flat_indices(self, suffixes: Sequence[str]) -> np.ndarray:
+        """:meth:`flat_index` of many key suffixes at once (-1 where one is no chunk key of the grid)."""
+        if self.separator == "." and not self.prefix:
+            return flat_indices(suffixes, self.grid_shape)
+        return np.array([-1 if (f := self.flat_index(t)) is None else f for t in suffixes], np.int64)
+
     def dir_index(self, rel: str) -> tuple[int, ...] | None:
         """For ``"/"``-separated keys: the chunk index prefix named by directory ``rel`` inside the
         array (``""`` or ``"c"``: no index yet; ``"1"``/``"c/1"``: chunk rows starting with 1). None when
@@ -108,8 +120,10 @@ class ChunkGrid:
         return _indices(parts, self.grid_shape[: len(parts)])
 
 
-def _indices(parts: list[str], grid_shape: tuple[int, ...]) -> tuple[int, ...] | None:
-    """Canonical decimals (no sign, no leading zeros, no spaces) inside the grid, else None."""
+# -- the grammar of one key ---------------------------------------------------------------------------
+def _indices(parts: Sequence[str], grid_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Canonical decimals (ASCII digits, no sign, no leading zeros, no spaces), one per axis, inside the
+    grid, else None."""
     if len(parts) != len(grid_shape):
         return None
     out = []
@@ -121,6 +135,22 @@ def _indices(parts: list[str], grid_shape: tuple[int, ...]) -> tuple[int, ...] |
             return None
         out.append(i)
     return tuple(out)
+
+
+def flat_of(parts: Sequence[str], grid_shape: tuple[int, ...]) -> int:
+    """The flat C-order index of the chunk whose indices are ``parts`` (:func:`_indices`'s grammar,
+    in one pass: it runs once per key looked up), or -1."""
+    if len(parts) != len(grid_shape):
+        return -1
+    flat = 0
+    for p, n in zip(parts, grid_shape):
+        if not (p.isdigit() and p.isascii()) or (p[0] == "0" and len(p) > 1):
+            return -1
+        i = int(p)
+        if i >= n:
+            return -1
+        flat = flat * n + i
+    return flat
 
 
 def array_key(path: str, suffix: str) -> str:
@@ -174,21 +204,10 @@ class KeyRouter:
             g = self.grids.get(head)
             if g is None or self._depth_of[head] != d:
                 continue
-            if g.separator == "." and not g.prefix and g.shape:
-                # the common spelling, inlined: canonical decimals inside the grid
-                parts = suffix.split(".")
-                if len(parts) != len(g.grid_shape):
-                    continue
-                flat = 0
-                for p, n in zip(parts, g.grid_shape):
-                    if not (p.isdigit() and p.isascii()) or (p[0] == "0" and len(p) > 1):
-                        break
-                    i = int(p)
-                    if i >= n:
-                        break
-                    flat = flat * n + i
-                else:
-                    return head, flat
+            if g.separator == "." and not g.prefix and g.shape:  # the common spelling
+                f = flat_of(suffix.split("."), g.grid_shape)
+                if f >= 0:
+                    return head, f
                 continue
             flat = g.flat_index(suffix)
             if flat is not None:
@@ -323,3 +342,105 @@ def grid_problem(name: str, text: bytes) -> str:
         return f"chunks must be a list of non-negative integers, got {json.dumps(chunks)[:80]}"
     return ("does not describe a regular chunk grid (chunks of the same rank as shape, none 0, "
             "fewer than 2**63 chunks, dimension_separator '.' or '/')")
+
+
+# -- the grammar over many keys at once (numpy passes over the bytes of a text) ---------------------
+def key_tails(
+    W: np.ndarray, a: np.ndarray, ks: np.ndarray, ke: np.ndarray, maxdim: int = 32
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Parse ``prefix/i.j.k`` from key spans: (prefix end, ndim, [last index, second last, ...]).
+
+    ndim 0 means "not a dotted chunk key"; the prefix end is the position of the '/' (or the key
+    start for a key of digits only).
+    """
+    N = ks.size
+    ndim = np.zeros(N, np.int64)
+    pend = ks.copy()
+    idx: list[np.ndarray] = []
+    active = np.arange(N)
+    end = ke.copy()
+    for d in range(maxdim):
+        if active.size == 0:
+            break
+        e = end[active]
+        kst = ks[active]
+        w = W[np.maximum(e - 8, 0)]
+        bad = ~byte_lt(w ^ ZEROS, 10) & HI
+        top = top_byte(bad)  # highest non-digit byte; -1 if all 8 are digits
+        nd = 7 - top
+        # the separator and the first digit are bytes of the same word: no gathers
+        shift = (top.clip(0) * 8).astype(np.uint64)
+        sep = ((w >> shift) & U8(0xFF)).astype(np.uint8)
+        first = ((w >> np.minimum(shift + U8(8), U8(56))) & U8(0xFF)).astype(np.uint8)
+        start = e - nd
+        at_key_start = start <= kst  # the key's opening quote is the "separator"
+        good = (top >= 0) & (nd >= 1) & (start >= kst) & ~((first == 48) & (nd > 1))
+        val = swar8(masked(w, nd))
+        cont = good & (sep == 46) & ~at_key_start
+        stop_slash = good & (sep == 47) & ~at_key_start
+        stop_root = good & (start == kst)
+        col = np.full(N, -1, np.int64)
+        col[active[good]] = val[good].astype(np.int64)
+        idx.append(col)
+        done = stop_slash | stop_root
+        dr = active[done]
+        ndim[dr] = d + 1
+        pend[dr] = np.where(stop_slash[done], start[done] - 1, ks[dr])
+        end[active[cont]] = start[cont] - 1
+        active = active[cont]
+    return pend, ndim, idx
+
+
+def tails_in_grid(ndim: np.ndarray, idx: list[np.ndarray], rows: np.ndarray, shape: tuple[int, ...],
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Of ``rows`` (whose key tails :func:`key_tails` parsed into ``ndim`` and ``idx``), those that
+    name a chunk of a grid of chunk-grid ``shape`` (ndim >= 1), and their flat indices."""
+    if len(shape) > len(idx):  # no key has that many indices
+        return rows[:0], np.zeros(0, np.int64)
+    good = ndim[rows] == len(shape)
+    for d, n in enumerate(reversed(shape)):
+        v = idx[d][rows]
+        good &= (v >= 0) & (v < n)
+    rows = rows[good]
+    flat = np.ravel_multi_index(tuple(idx[d][rows] for d in reversed(range(len(shape)))), shape)
+    return rows, flat.astype(np.int64)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _tail_flat(tail: str, grid_shape: tuple[int, ...]) -> int:
+    """:func:`flat_of` of a "."-separated tail, memoised (a pure function: sets made from many files
+    repeat the same tails of the same small grids)."""
+    return flat_of(tail.split("."), grid_shape)
+
+
+#: From this many key tails, :func:`flat_indices` parses them in numpy passes.
+VECTOR_KEYS = 256
+
+
+def flat_indices(tails: Sequence[str], grid_shape: tuple[int, ...]) -> np.ndarray:
+    """Flat C-order chunk index of each "."-separated key tail (``"i.j.k"``; ``"0"`` in a scalar's grid)
+    in a grid of chunk-grid shape ``grid_shape``; -1 where a tail is no canonical chunk key of it. The
+    grammar of :func:`flat_of`, for many tails at once (:func:`key_tails` over their bytes)."""
+    n = len(tails)
+    if not grid_shape:
+        return np.array([0 if t == "0" else -1 for t in tails], np.int64)
+    if n < VECTOR_KEYS:
+        return np.fromiter((_tail_flat(t, grid_shape) for t in tails), np.int64, n)
+    from refset.model.swar import words
+
+    body = "/".join(tails).encode("utf-8", "surrogatepass")
+    pad = 16
+    text = b"/" * pad + body + b"/" + bytes(8)
+    lens = np.fromiter((len(t.encode("utf-8", "surrogatepass")) if not t.isascii() else len(t) for t in tails),
+                       np.int64, n)
+    ks = pad + np.concatenate(([0], np.cumsum(lens + 1)[:-1]))
+    ke = ks + lens
+    a = np.frombuffer(text, np.uint8)
+    _, ndim, idx = key_tails(words(text), a, ks, ke)
+    rows, flat = tails_in_grid(ndim, idx, np.arange(n), grid_shape)
+    out = np.full(n, -1, np.int64)
+    out[rows] = flat
+    # components of 8 digits and more are beyond one word of the vectorised pass
+    for i in np.flatnonzero((out < 0) & (lens >= 8)).tolist():
+        out[i] = flat_of(tails[i].split("."), grid_shape)
+    return out

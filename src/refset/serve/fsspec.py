@@ -32,6 +32,7 @@ from refset.io.fetch import (
 )
 from refset.model.refset import ReferenceSet
 from refset.model.table import Ref
+from refset.options import Limits
 from refset.serve.engine import ReadEngine, off_loop
 from refset.serve.listing import KeyIndex, entry, info_of
 
@@ -43,6 +44,7 @@ def _load_fo(
     target_protocol: str | None,
     storage_options: Mapping[str, Any] | None,
     template_overrides: Mapping[str, str] | None,
+    limits: Limits | None = None,
 ) -> ReferenceSet:
     if isinstance(fo, ReferenceSet):
         return fo
@@ -54,7 +56,7 @@ def _load_fo(
         if target_protocol and "://" not in fo and target_protocol not in ("file", "local"):
             fo = f"{target_protocol}://{fo}"
     # chunk tables of a large JSON set are read on first use: opening needs only the metadata
-    return load(fo, storage_options=dict(storage_options or {}) or None, lazy=True, **opts)
+    return load(fo, storage_options=dict(storage_options or {}) or None, lazy=True, limits=limits, **opts)
 
 
 class FsspecReferences(Mapping[str, bytes | list[Any]]):
@@ -113,6 +115,8 @@ class ReferenceFileSystem(AsyncFileSystem):
         block stays ``<= max_block`` bytes.
     max_inflight
         Requests in flight at once per batched read.
+    limits
+        Bounds on what reading the set may spend (:class:`refset.Limits`).
     timeout, retries
         Seconds one attempt to read a target may take (default 30; None: no limit) and further
         attempts after a timeout or a transient failure (default 2, backoff 0.1 s doubling): a
@@ -146,11 +150,13 @@ class ReferenceFileSystem(AsyncFileSystem):
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         timeout: float | None = DEFAULT_TIMEOUT,
         retries: int = RETRIES,
+        limits: Limits | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.target = target
-        self.refs = _load_fo(fo, target_protocol, target_options or ref_storage_args, template_overrides)
+        self.refs = _load_fo(fo, target_protocol, target_options or ref_storage_args, template_overrides,
+                             limits)
         self.index = KeyIndex(self.refs)
         self.targets = Targets(remote_protocol=remote_protocol, remote_options=remote_options, fs=fs,
                                timeout=timeout, retries=retries)

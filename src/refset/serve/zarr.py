@@ -28,6 +28,7 @@ from zarr.abc.store import (
 from refset.errors import ReferenceNotReachable, Unsupported
 from refset.io.fetch import DEFAULT_MAX_INFLIGHT
 from refset.model.keys import chunk_keys
+from refset.options import Limits
 from refset.serve.engine import ReadEngine, clamp, off_loop
 from refset.serve.fsspec import ReferenceFileSystem
 
@@ -119,7 +120,7 @@ class ZarrStore(Store):
         :class:`~refset.ReferenceFileSystem` (whose targets and options are then used).
     storage_options
         Options for loading ``refs`` when it is a path/URL.
-    remote_protocol, remote_options, fs, max_gap, max_block, max_inflight
+    remote_protocol, remote_options, fs, max_gap, max_block, max_inflight, limits
         As for :class:`~refset.ReferenceFileSystem`.
     """
 
@@ -141,6 +142,7 @@ class ZarrStore(Store):
         max_block: int | None = None,
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         read_only: bool = True,
+        limits: Limits | None = None,
     ) -> None:
         if not read_only:
             raise Unsupported("refset.ZarrStore is read-only; read_only=False is not supported")
@@ -151,7 +153,7 @@ class ZarrStore(Store):
             self.fs = ReferenceFileSystem(
                 refs, target_options=storage_options, remote_protocol=remote_protocol,
                 remote_options=remote_options, fs=fs, template_overrides=template_overrides,
-                max_gap=max_gap, max_block=max_block, max_inflight=max_inflight,
+                max_gap=max_gap, max_block=max_block, max_inflight=max_inflight, limits=limits,
             )
         self.refs = self.fs.refs
         self.engine = self.fs.engine

@@ -23,10 +23,9 @@ from typing import Any
 import numpy as np
 
 from refset.formats.json.plan import Doc, base64_bytes, base64_many, member_shape
-from refset.formats.json.scan import Fallback, key_tails, same_spans, skip_ws, tails_in_grid
-from refset.model.builder import dotted_flat
+from refset.formats.json.scan import Fallback, same_spans, skip_ws
 from refset.model.inline import InlineBytes
-from refset.model.keys import ChunkGrid, grid_from_metadata
+from refset.model.keys import ChunkGrid, flat_of, grid_from_metadata, key_tails, tails_in_grid
 from refset.model.metadata import ArrayMetadata
 from refset.model.refset import ReferenceSet
 from refset.model.stack import META_NAMES, Rows, SetStack
@@ -248,7 +247,7 @@ class _Reader:
             head, _, tail = key.rpartition("/")
             g = self.grids[i].get(head)
             if g is not None and tail[:1].isdigit():
-                f = int(dotted_flat([tail], g.grid_shape)[0])
+                f = flat_of(tail.split("."), g.grid_shape) if g.shape else (0 if tail == "0" else -1)
                 if f >= 0:
                     out.append((m, self.paths.setdefault(head, len(self.paths)), f, v))
         return out

@@ -13,6 +13,7 @@ from refset.formats.json.v0 import refs_from_v0
 from refset.formats.json.v1 import DEFAULT_MAX_GEN, read_v1
 from refset.model.builder import Builder
 from refset.model.refset import ReferenceSet
+from refset.options import DEFAULT_LIMITS, Limits
 
 __all__ = ["from_document", "collect", "decode_json", "is_v1"]
 
@@ -53,6 +54,7 @@ def collect(
     template_overrides: Mapping[str, str] | None = None,
     builder: Builder | None = None,
     refs_done: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Builder:
     """Check ``doc`` and add its references to a Builder; problems are appended, one line each."""
     b = builder or Builder()
@@ -69,7 +71,7 @@ def collect(
                             "expected 1")
             return b
         read_v1(doc, b, problems, max_gen=max_gen, template_overrides=template_overrides,
-                refs_done=refs_done)
+                refs_done=refs_done, limits=limits)
     elif not refs_done:
         b.items.update(refs_from_v0(doc, problems))
     return b
@@ -81,11 +83,13 @@ def from_document(
     max_gen: int = DEFAULT_MAX_GEN,
     template_overrides: Mapping[str, str] | None = None,
     builder: Builder | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> ReferenceSet:
     """The set of a parsed document. ``builder`` (empty, possibly sharing a URL table) lets a lazy
     reader finish with the URL ids it handed out."""
     problems: list[str] = []
-    b = collect(doc, problems, max_gen=max_gen, template_overrides=template_overrides, builder=builder)
+    b = collect(doc, problems, max_gen=max_gen, template_overrides=template_overrides, builder=builder,
+                limits=limits)
     if problems:
         raise InvalidReferences(problems)
     info = {"format": "json", "version": 1 if is_v1(doc) else 0}

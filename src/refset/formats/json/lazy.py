@@ -118,7 +118,7 @@ class LazyJsonSource:
             done = plan.finish()
         except Fallback:
             rs = from_document(decode_json(plan.doc.data), max_gen=plan.max_gen or DEFAULT_MAX_GEN,
-                               template_overrides=plan.template_overrides,
+                               template_overrides=plan.template_overrides, limits=plan.limits,
                                builder=Builder(url_ids=self._url_ids))  # ids handed out stay valid
             done = (rs.urls, {p: rs.table(p) for p in rs.grids}, rs.other)
         else:

@@ -36,6 +36,7 @@ from refset.model.builder import Builder, route
 from refset.model.inline import InlineBytes, offsets_of
 from refset.model.keys import KeyRouter, split_metadata_key
 from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref
+from refset.options import DEFAULT_LIMITS, Limits
 from refset.parallel import parallel_map
 
 __all__ = ["Plan", "Doc", "plan_document", "member_shape", "base64_bytes", "base64_many", "MIN_SIZE"]
@@ -181,10 +182,11 @@ class Plan:
     keys outside the grids. :meth:`finish` adds the chunk references (the costly part)."""
 
     def __init__(self, doc: Doc, template_overrides: Mapping[str, str] | None,
-                 max_gen: int | None) -> None:
+                 max_gen: int | None, limits: Limits = DEFAULT_LIMITS) -> None:
         self.doc = doc
         self.template_overrides = template_overrides
         self.max_gen = max_gen
+        self.limits = limits
         if doc.nstr < 4:
             raise Fallback
         self.head_doc, self.closers = _envelope(doc)
@@ -198,7 +200,7 @@ class Plan:
             tmpl = self.head_doc.get("templates", {})
             if not isinstance(tmpl, dict) or not all(isinstance(v, str) for v in tmpl.values()):
                 raise Fallback
-            self.templates = Templates({**tmpl, **(template_overrides or {})})
+            self.templates = Templates({**tmpl, **(template_overrides or {})}, limits)
         b = self.builder = Builder()
         # A value is a string when the text before its opening quote is ':' (ws allowed), not '['.
         a = doc.a
@@ -317,7 +319,8 @@ class Plan:
         if self.head_doc is not None:
             problems: list[str] = []
             collect(self.head_doc, problems, builder=b, refs_done=True,
-                    max_gen=self.max_gen or DEFAULT_MAX_GEN, template_overrides=self.template_overrides)
+                    max_gen=self.max_gen or DEFAULT_MAX_GEN, template_overrides=self.template_overrides,
+                    limits=self.limits)
             if problems:
                 raise InvalidReferences(problems)
             if self.head_doc.get("gen") and _overlap(_named(b, self.grids, key_batches=True),
@@ -658,12 +661,12 @@ def _listed(batches: list[tuple[Any, ...]]) -> Iterator[tuple[str, np.ndarray]]:
 
 
 def plan_document(data: bytes, template_overrides: Mapping[str, str] | None = None,
-                  max_gen: int | None = None) -> Plan | None:
+                  max_gen: int | None = None, limits: Limits = DEFAULT_LIMITS) -> Plan | None:
     """The plan of a JSON document, or None when it needs the generic parser (small, or a shape the
     vectorised reader does not take)."""
     if len(data) < MIN_SIZE:
         return None
     try:
-        return Plan(Doc(data), template_overrides, max_gen)
+        return Plan(Doc(data), template_overrides, max_gen, limits)
     except Fallback:
         return None

@@ -16,6 +16,7 @@ from refset.formats.json.plan import plan_document
 from refset.formats.json.scan import Fallback
 from refset.formats.json.v1 import DEFAULT_MAX_GEN
 from refset.model.memory import MemorySource
+from refset.options import DEFAULT_LIMITS, Limits
 
 __all__ = ["read_json", "json_source", "document_problems"]
 
@@ -49,6 +50,7 @@ def json_source(
     template_overrides: Mapping[str, str] | None = None,
     lazy: bool = False,
     info: Mapping[str, object] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Source:
     """The source of the JSON text in the one-item list ``box``, which the reader empties so that the
     text can be let go as soon as the tables no longer need it.
@@ -57,7 +59,7 @@ def json_source(
     first used (problems in chunk references are then reported at first use).
     """
     data = box.pop()
-    plan = plan_document(data, template_overrides, max_gen)
+    plan = plan_document(data, template_overrides, max_gen, limits)
     if plan is not None:
         del data
         if lazy and not (plan.head_doc or {}).get("gen"):
@@ -75,7 +77,7 @@ def json_source(
                 pass
         data = plan.doc.data
         del plan
-    rs = from_document(decode_json(data), max_gen=max_gen, template_overrides=template_overrides)
+    rs = from_document(decode_json(data), max_gen=max_gen, template_overrides=template_overrides, limits=limits)
     del data
     src = rs.source
     assert isinstance(src, MemorySource)
@@ -90,6 +92,7 @@ def read_json(
     max_gen: int = DEFAULT_MAX_GEN,
     template_overrides: Mapping[str, str] | None = None,
     head: bytes | None = None,
+    limits: Limits = DEFAULT_LIMITS,
     **options: Any,
 ) -> Source:
     """Open a JSON reference set (plain, gzip or zstd, recognised from the content). ``head``: the
@@ -104,19 +107,20 @@ def read_json(
     else:
         raw = read_bytes(os.fspath(source), dict(storage_options or {}))
     compression = {b"\x1f\x8b": "gzip", b"\x28\xb5": "zstd"}.get(bytes(raw[:2]))
-    box = [decompress(raw, source)]
+    box = [decompress(raw, source, limits.decompressed)]
     del raw  # the reader releases the text before it builds the tables
     big = len(box[0]) >= TRIM_SIZE
     src = json_source(box, max_gen=max_gen, template_overrides=template_overrides, lazy=lazy,
-                      info={"compression": compression})
+                      info={"compression": compression}, limits=limits)
     if big:  # a small document's temporaries are too few to be worth a walk of the heap
         _release_freed_memory()
     return src
 
 
-def document_problems(data: bytes, *, max_gen: int = DEFAULT_MAX_GEN) -> list[str]:
+def document_problems(data: bytes, *, max_gen: int = DEFAULT_MAX_GEN, limits: Limits = DEFAULT_LIMITS,
+                      ) -> list[str]:
     """Every problem of a JSON reference document, one line each (empty when valid)."""
-    plan = plan_document(data, None, max_gen)
+    plan = plan_document(data, None, max_gen, limits)
     if plan is not None:
         try:
             plan.finish()
@@ -130,5 +134,5 @@ def document_problems(data: bytes, *, max_gen: int = DEFAULT_MAX_GEN) -> list[st
     except InvalidReferences as e:
         return e.problems
     problems: list[str] = []
-    collect(doc, problems, max_gen=max_gen)
+    collect(doc, problems, max_gen=max_gen, limits=limits)
     return problems

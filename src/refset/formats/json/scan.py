@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from refset.model.keys import key_tails, tails_in_grid
+from refset.model.swar import HI, U8, ZEROS, byte_lt, is_digits, masked, swar8, top_byte, words
 from refset.parallel import parallel_map
 
 __all__ = [
@@ -22,30 +24,9 @@ __all__ = [
 
 WS = np.zeros(256, bool)
 WS[[9, 10, 13, 32]] = True
-U8 = np.uint64
-HI = U8(0x8080808080808080)
-_LO7 = U8(0x7F7F7F7F7F7F7F7F)
-ZEROS = U8(0x3030303030303030)
-
 
 class Fallback(Exception):
     """The document needs the generic parser."""
-
-
-def words(data: bytes) -> np.ndarray:
-    """``w[i]`` = the 8 bytes starting at ``i`` as a little-endian uint64 (unaligned view)."""
-    return np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
-
-
-def byte_lt(w: np.ndarray, n: int) -> np.ndarray:
-    """0x80 in each byte of ``w`` whose value is < n (n <= 128)."""
-    return ~((w & _LO7) + U8((128 - n) * 0x0101010101010101)) & ~w & HI
-
-
-def top_byte(flags: np.ndarray) -> np.ndarray:
-    """Index (0..7) of the highest flagged byte; -1 when none."""
-    exp = np.frexp(flags.astype(np.float64))[1].astype(np.int64)  # bit_length
-    return (exp - 1) // 8
 
 
 def skip_ws(a: np.ndarray, pos: np.ndarray, step: int) -> np.ndarray:
@@ -113,29 +94,6 @@ def _skip_runs(a: np.ndarray, p: np.ndarray, step: int) -> np.ndarray:
     if np.any(a[out] <= 32):
         raise Fallback  # a control character outside strings is not JSON
     return out
-
-
-def swar8(w: np.ndarray) -> np.ndarray:
-    x = w - ZEROS
-    x = (x * U8(10) + (x >> U8(8))) & U8(0x00FF00FF00FF00FF)
-    x = (x * U8(100) + (x >> U8(16))) & U8(0x0000FFFF0000FFFF)
-    return (x * U8(10000) + (x >> U8(32))) & U8(0xFFFFFFFF)
-
-
-# _LOW[n]: the low 8-n bytes of a word (the bytes before its last n), for n = 0..8
-_LOW = np.array([(1 << (8 * (8 - n))) - 1 if n else (1 << 64) - 1 for n in range(9)], np.uint64)
-
-
-def masked(w: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Keep the last ``n`` (0..8) bytes of each word, the others become '0'."""
-    low = _LOW[np.clip(n, 0, 8)]
-    return (w & ~low) | (ZEROS & low)
-
-
-def is_digits(w: np.ndarray) -> np.ndarray:
-    hi_ok = (w & U8(0xF0F0F0F0F0F0F0F0)) == ZEROS
-    lo_ok = (((w & U8(0x0F0F0F0F0F0F0F0F)) + U8(0x0606060606060606)) & U8(0xF0F0F0F0F0F0F0F0)) == 0
-    return hi_ok & lo_ok
 
 
 def parse_uints(W: np.ndarray, a: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -216,67 +174,6 @@ def decode_string(data: bytes, s: int, e: int) -> str:
         return str(msgspec.json.decode(b'"' + data[s:e] + b'"'))
     except (msgspec.DecodeError, UnicodeDecodeError):
         raise Fallback from None
-
-
-def key_tails(
-    W: np.ndarray, a: np.ndarray, ks: np.ndarray, ke: np.ndarray, maxdim: int = 32
-) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """Parse ``prefix/i.j.k`` from key spans: (prefix end, ndim, [last index, second last, ...]).
-
-    ndim 0 means "not a dotted chunk key"; the prefix end is the position of the '/' (or the key
-    start for a key of digits only).
-    """
-    N = ks.size
-    ndim = np.zeros(N, np.int64)
-    pend = ks.copy()
-    idx: list[np.ndarray] = []
-    active = np.arange(N)
-    end = ke.copy()
-    for d in range(maxdim):
-        if active.size == 0:
-            break
-        e = end[active]
-        kst = ks[active]
-        w = W[np.maximum(e - 8, 0)]
-        bad = ~byte_lt(w ^ ZEROS, 10) & HI
-        top = top_byte(bad)  # highest non-digit byte; -1 if all 8 are digits
-        nd = 7 - top
-        # the separator and the first digit are bytes of the same word: no gathers
-        shift = (top.clip(0) * 8).astype(np.uint64)
-        sep = ((w >> shift) & U8(0xFF)).astype(np.uint8)
-        first = ((w >> np.minimum(shift + U8(8), U8(56))) & U8(0xFF)).astype(np.uint8)
-        start = e - nd
-        at_key_start = start <= kst  # the key's opening quote is the "separator"
-        good = (top >= 0) & (nd >= 1) & (start >= kst) & ~((first == 48) & (nd > 1))
-        val = swar8(masked(w, nd))
-        cont = good & (sep == 46) & ~at_key_start
-        stop_slash = good & (sep == 47) & ~at_key_start
-        stop_root = good & (start == kst)
-        col = np.full(N, -1, np.int64)
-        col[active[good]] = val[good].astype(np.int64)
-        idx.append(col)
-        done = stop_slash | stop_root
-        dr = active[done]
-        ndim[dr] = d + 1
-        pend[dr] = np.where(stop_slash[done], start[done] - 1, ks[dr])
-        end[active[cont]] = start[cont] - 1
-        active = active[cont]
-    return pend, ndim, idx
-
-
-def tails_in_grid(ndim: np.ndarray, idx: list[np.ndarray], rows: np.ndarray, shape: tuple[int, ...],
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Of ``rows`` (whose key tails :func:`key_tails` parsed into ``ndim`` and ``idx``), those that
-    name a chunk of a grid of chunk-grid ``shape`` (ndim >= 1), and their flat indices."""
-    if len(shape) > len(idx):  # no key has that many indices
-        return rows[:0], np.zeros(0, np.int64)
-    good = ndim[rows] == len(shape)
-    for d, n in enumerate(reversed(shape)):
-        v = idx[d][rows]
-        good &= (v >= 0) & (v < n)
-    rows = rows[good]
-    flat = np.ravel_multi_index(tuple(idx[d][rows] for d in reversed(range(len(shape)))), shape)
-    return rows, flat.astype(np.int64)
 
 
 QUOTE_BLOCK = 1 << 22  # bytes scanned per task: its temporaries stay small and are reused

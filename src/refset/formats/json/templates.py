@@ -13,45 +13,21 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Templates", "compile_expr", "NotVectorisable", "Part", "TemplateLimits", "set_template_limits",
+from refset.options import DEFAULT_LIMITS, Limits
+
+__all__ = ["Templates", "compile_expr", "NotVectorisable", "Part",
            "Budget"]
 
 _PLAIN = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
-@dataclass
-class TemplateLimits:
-    """Bounds on jinja2 rendering, per document: ``seconds`` of rendering in all (a watchdog stops a
-    template that runs on), and ``memory`` bytes for any one value a template builds and for its
-    output (checked before the operations that could build more: ``*``, ``**``, ``+``, ``%``, calls)."""
-
-    seconds: float = 1.0
-    memory: int = 64 << 20
-
-
-LIMITS = TemplateLimits()
 MAX_INT_BITS = 1 << 16  # integers a template may build: far beyond any offset, far below a bomb
 LIPSUM_MAX = 100  # paragraphs lipsum() may make
-
-
-def set_template_limits(seconds: float | None = None, memory: int | None = None) -> TemplateLimits:
-    """Change the process-wide template limits (see :class:`TemplateLimits`); returns the old ones."""
-    old = TemplateLimits(LIMITS.seconds, LIMITS.memory)
-    if seconds is not None:
-        if not seconds > 0:
-            raise ValueError(f"seconds: expected a positive number, got {seconds!r}")
-        LIMITS.seconds = float(seconds)
-    if memory is not None:
-        if not (isinstance(memory, int) and memory > 0):
-            raise ValueError(f"memory: expected a positive integer, got {memory!r}")
-        LIMITS.memory = memory
-    return old
 
 
 class TemplateLimit(Exception):
@@ -112,11 +88,11 @@ _WATCHDOG = _Watchdog()
 
 
 class Budget:
-    """What one document's templates may still spend (see :class:`TemplateLimits`)."""
+    """What one document's templates may still spend (``template_seconds`` and ``template_memory``
+    of :class:`~refset.options.Limits`)."""
 
-    def __init__(self, limits: TemplateLimits | None = None) -> None:
-        lim = limits or LIMITS
-        self.seconds, self.memory = lim.seconds, lim.memory
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.seconds, self.memory = limits.template_seconds, limits.template_memory
         self.spent = 0.0
         self.local = threading.local()
 
@@ -262,8 +238,8 @@ def _compiled(text: str) -> Any:
 
 
 def render(text: str, context: Mapping[str, Any], budget: Budget | None = None) -> str:
-    """Render ``text`` with jinja2 (sandboxed, strict, bounded by ``budget``: a new one of the
-    process-wide limits when None). Raises ValueError with the reason."""
+    """Render ``text`` with jinja2 (sandboxed, strict, bounded by ``budget``: one of the default limits
+    when None). Raises ValueError with the reason."""
     import jinja2
 
     outer = _current()
@@ -287,9 +263,9 @@ def render(text: str, context: Mapping[str, Any], budget: Budget | None = None) 
                 b.spent += time.monotonic() - t0
     except _Timeout:
         raise ValueError(f"template error: the document's templates took more than {b.seconds} s "
-                         "(refset.set_template_limits(seconds=...))") from None
+                         "(limits=refset.Limits(template_seconds=...) allows more)") from None
     except TemplateLimit as e:
-        raise ValueError(f"template error: {e} (refset.set_template_limits)") from None
+        raise ValueError(f"template error: {e} (limits=refset.Limits(template_memory=...) allows more)") from None
     except jinja2.TemplateSyntaxError as e:
         raise ValueError(f"template syntax error: {e.message}") from None
     except jinja2.UndefinedError as e:
@@ -308,9 +284,9 @@ class Templates:
     :class:`Budget`.
     """
 
-    def __init__(self, templates: Mapping[str, str]) -> None:
+    def __init__(self, templates: Mapping[str, str], limits: Limits = DEFAULT_LIMITS) -> None:
         self.raw = dict(templates)
-        self.budget = Budget()
+        self.budget = Budget(limits)
         self.plain = {k: v for k, v in self.raw.items() if "{{" not in v}
         self.context: dict[str, Any] = dict(self.plain)
         for k, v in self.raw.items():
@@ -329,6 +305,11 @@ class Templates:
         hit = self._cache.get(text)
         if hit is not None:
             return hit
+        for m in _PLAIN.finditer(text):
+            name = m.group(1)
+            if name in self.raw and name not in self.plain:
+                raise ValueError(f"templates[{name!r}] holds jinja markup, so it is a function of keyword "
+                                 f"arguments: use it as a call ({{{{{name}(...)}}}}), not as {m.group(0)!r}")
         out = _PLAIN.sub(lambda m: self.plain.get(m.group(1), m.group(0)), text)
         if "{{" in out or "{%" in out or "{#" in out:
             out = render(text, self.context, self.budget)

@@ -13,7 +13,7 @@ from refset.formats.json.v0 import is_int, refs_from_v0
 from refset.model.builder import Builder
 from refset.model.keys import ChunkGrid, array_key
 from refset.model.table import MAX_END, RANGE, WHOLE
-from refset.options import LIMITS
+from refset.options import DEFAULT_LIMITS, Limits
 
 __all__ = ["read_v1", "DEFAULT_MAX_GEN"]
 
@@ -33,6 +33,7 @@ def read_v1(
     max_gen: int = DEFAULT_MAX_GEN,
     template_overrides: Mapping[str, str] | None = None,
     refs_done: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> None:
     """Add the references of a Version 1 document to ``builder``; problems go to ``problems``.
 
@@ -52,7 +53,7 @@ def read_v1(
         else:
             good[k] = v
     good.update(template_overrides or {})
-    templates = Templates(good)
+    templates = Templates(good, limits)
 
     def render_url(url: str, at: str) -> str | None:
         try:
@@ -83,10 +84,10 @@ def read_v1(
         return
     grids = builder.grids()
     need = sum(_estimate(g, c[0], c[1], templates, grids) for g, c in zip(gens, checked) if c is not None)
-    if need > LIMITS.gen_memory:
+    if need > limits.gen_memory:
         problems.append(
             f"gen: would need about {need} bytes for its {total} keys, more than the gen memory budget of "
-            f"{LIMITS.gen_memory} (refset.set_limits(gen_memory=...) changes it)"
+            f"{limits.gen_memory} (limits=refset.Limits(gen_memory=...) allows more)"
         )
         return
     for i, (g, c) in enumerate(zip(gens, checked)):

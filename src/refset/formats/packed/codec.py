@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from refset.errors import InvalidReferences
-from refset.options import LIMITS
+from refset.options import DEFAULT_LIMITS
 
 __all__ = ["BlockWriter", "BlockReader", "zigzag", "unzigzag", "decompressor", "RAW", "ZSTD"]
 
@@ -109,10 +109,11 @@ def decompressor() -> Any:
 class BlockReader:
     """Reads the sections of one block; every inconsistency raises InvalidReferences naming it."""
 
-    def __init__(self, data: bytes, name: str) -> None:
+    def __init__(self, data: bytes, name: str, limit: int = DEFAULT_LIMITS.decompressed) -> None:
         self.buf = memoryview(data)
         self.pos = 0
         self.name = name
+        self.limit = limit  # bytes decoded items may take (Limits.decompressed)
 
     def fail(self, what: str) -> InvalidReferences:
         return InvalidReferences(f"packed block {self.name}: {what}")
@@ -146,9 +147,9 @@ class BlockReader:
     def within_limit(self, n: int, each: int, what: str) -> None:
         """Refuse ``n`` decoded items of ``each`` bytes beyond the decompression limit: columns of
         width 0 (and empty strings) take no stored bytes, so the block alone cannot bound them."""
-        if n * each > LIMITS.decompressed:
+        if n * each > self.limit:
             raise self.fail(f"{what} of {n} would take {n * each} bytes, more than the decompression "
-                            "limit (refset.set_limits(decompressed=...) changes it)")
+                            "limit (limits=refset.Limits(decompressed=...) allows more)")
 
     def blob(self, expected: int | None = None) -> bytes:
         codec = self.u8()

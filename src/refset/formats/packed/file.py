@@ -48,6 +48,7 @@ from refset.model.table import (
     resolve,
     sparse_grid,
 )
+from refset.options import DEFAULT_LIMITS, Limits
 
 __all__ = ["MAGIC", "VERSION", "read_packed", "write_packed", "pack", "PackedSource"]
 
@@ -242,7 +243,7 @@ def _check_index(src: _Source, index: Any) -> None:
 
 def read_packed(
     source: str, *, storage_options: dict[str, Any] | None = None, lazy: bool = True,
-    head: bytes | None = None, **options: Any
+    head: bytes | None = None, limits: Limits = DEFAULT_LIMITS, **options: Any
 ) -> PackedSource:
     """Open a packed reference set: reads the head only; arrays decode on first use (always lazy:
     ``lazy`` is accepted for symmetry with JSON). ``head``: the file's first bytes, when read."""
@@ -283,7 +284,7 @@ def read_packed(
                        head[HEADER_SIZE:data_start])
     if raw_index[:4] != ZSTD_MAGIC:
         raise InvalidReferences(f"{src.name}: packed block index: not a zstd frame")
-    text = decompress(raw_index, f"{src.name}: packed block index")
+    text = decompress(raw_index, f"{src.name}: packed block index", limits.decompressed)
     try:
         index = json.loads(text)
     except (ValueError, RecursionError) as e:
@@ -295,24 +296,24 @@ def read_packed(
         s = data_start + entry[0]
         return _block(src, name, entry, data_start, head[s : s + entry[1]] if s < len(head) else None)
 
-    r = BlockReader(head_block("urls", index["urls"]["block"]), f"urls of {src.name}")
+    r = BlockReader(head_block("urls", index["urls"]["block"]), f"urls of {src.name}", limits.decompressed)
     urls = decode_strings(r, r.count(1 << 40, "URL count"))
     r.end()
-    r = BlockReader(head_block("other", index["other"]["block"]), f"other of {src.name}")
+    r = BlockReader(head_block("other", index["other"]["block"]), f"other of {src.name}", limits.decompressed)
     other = decode_other(r, len(urls))
     claimed = len(other) + sum(a["present"] for a in index["arrays"])
     if index["refs"] != claimed:
         raise InvalidReferences(f"{src.name}: packed block index: 'refs' is {index['refs']}, the other "
                                 f"keys and the arrays' present chunks make {claimed}")
-    return PackedSource(src, index, tuple(urls), other, data_start)
+    return PackedSource(src, index, tuple(urls), other, data_start, limits)
 
 
 class _SegmentBlock:
     """A checked segment block (a :class:`~refset.abc.source.Block`): the first lookup reads one cell
     without building the segment's columns; a second one decodes the segment once."""
 
-    def __init__(self, raw: bytes, name: str, lo: int, cells: int, urls: tuple[str, ...]) -> None:
-        self.raw, self.name, self.lo, self.cells, self.urls = raw, name, lo, cells, urls
+    def __init__(self, raw: bytes, name: str, lo: int, cells: int, urls: tuple[str, ...], limit: int) -> None:
+        self.raw, self.name, self.lo, self.cells, self.urls, self.limit = raw, name, lo, cells, urls, limit
         self.seg: Segment | None = None
         self.hits = 0
 
@@ -332,10 +333,10 @@ class _SegmentBlock:
         if seg is None:
             self.hits += 1
             if self.hits == 1:
-                row = lookup_segment(BlockReader(self.raw, self.name), self.lo, len(self.urls), j,
+                row = lookup_segment(BlockReader(self.raw, self.name, self.limit), self.lo, len(self.urls), j,
                                      self.cells)
                 return None if row[0] == ABSENT else resolve(row, self.urls, "")
-            seg = self.seg = decode_segment(BlockReader(self.raw, self.name), self.lo, len(self.urls),
+            seg = self.seg = decode_segment(BlockReader(self.raw, self.name, self.limit), self.lo, len(self.urls),
                                             self.cells)
         i = int(np.searchsorted(seg.rel, j))
         if i >= len(seg.rel) or seg.rel[i] != j:
@@ -352,7 +353,8 @@ class PackedSource:
     each array's segments fetched and decoded on first use (one segment is a block)."""
 
     def __init__(self, src: _Source, index: dict[str, Any], urls: tuple[str, ...], other: KeyTable,
-                 data_start: int) -> None:
+                 data_start: int, limits: Limits = DEFAULT_LIMITS) -> None:
+        self._limit = limits.decompressed
         self.grids: dict[str, ChunkGrid] = {}
         self._entries: dict[str, dict[str, Any]] = {}
         for a in index["arrays"]:
@@ -395,7 +397,7 @@ class PackedSource:
         raw = _block(self._src, name, e["segments"][i], self._base)
         lo = i * e["segment_chunks"]
         cells = min(e["segment_chunks"], self.grids[path].nchunks - lo)
-        return _SegmentBlock(raw, f"{name} of {self._src.name}", lo, cells, self._urls)
+        return _SegmentBlock(raw, f"{name} of {self._src.name}", lo, cells, self._urls, self._limit)
 
     def count(self) -> int | None:
         return self._refs
@@ -437,7 +439,7 @@ class PackedSource:
             o, size, _ = segs[i]
             name = f"array {path!r} segment {i}"
             raw = _block(self._src, name, segs[i], self._base, blob[o - first : o - first + size])
-            return decode_segment(BlockReader(raw, f"{name} of {self._src.name}"), i * step,
+            return decode_segment(BlockReader(raw, f"{name} of {self._src.name}", self._limit), i * step,
                                   len(self._urls), min(step, n - i * step))
 
         inline: dict[int, bytes] = {}

@@ -38,6 +38,7 @@ from refset.model.keys import (
 from refset.model.metadata import ArrayMetadata
 from refset.model.producer import array_metadata, metadata_bytes
 from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, sparse_grid
+from refset.options import Limits
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -462,6 +463,7 @@ def read_parquet(
     storage_options: Mapping[str, Any] | None = None,
     lazy: bool = True,
     head: bytes | None = None,
+    limits: Limits | None = None,
     **options: Any,
 ) -> ParquetSource:
     """Open a parquet reference directory (local path or fsspec URL); reads ``.zmetadata`` only
