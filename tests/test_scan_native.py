@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 
 import refset
-from refset.scan.hdf5 import scanner as H
+from refset.scan import Scan
+from refset.scan.hdf5.meta import NotNative
+from refset.scan.hdf5.scanner import HDF5Scanner
+from refset.scan.writer import DropList
 
 h5py = pytest.importorskip("h5py")
 
@@ -37,27 +40,29 @@ NATIVE_CORPUS = {
 }
 
 
-def _scan(path: Path, native: bool, **kw) -> tuple[str, object, int]:
-    """("ok", set as a dict, fallbacks) or ("error", message, fallbacks)."""
-    H.native_enabled = native
-    before = H.native_fallbacks
+def _scan(path: Path, native: bool, **kw) -> tuple[str, object, HDF5Scanner]:
+    """("ok", set as a dict, the scanner) or ("error", message, the scanner), by a run of one file with
+    the native reader on or off."""
+    run = Scan(native=native, **kw)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out: tuple[str, object] = ("ok", refset.scan(str(path), **kw).to_dict())
+            out: tuple[str, object] = ("ok", run(str(path)).to_dict())
     except Exception as e:
         out = ("error", f"{type(e).__name__}: {e}")
-    finally:
-        H.native_enabled = True
-    return (*out, H.native_fallbacks - before)
+    return (*out, run.scanner(HDF5Scanner))  # type: ignore[return-value]
+
+
+LAST: list[str] = [""]  # why the last native pass of check_same declined, for the assertions after it
 
 
 def check_same(path: Path, *, must_be_native: bool, **kw) -> None:
-    kind, got, fallbacks = _scan(path, True, **kw)
+    kind, got, scanner = _scan(path, True, **kw)
     want_kind, want, _ = _scan(path, False, **kw)
+    LAST[0] = scanner.last_fallback
     assert (kind, got) == (want_kind, want), f"{path.name}: native scan differs from h5py's"
     if must_be_native:
-        assert fallbacks == 0, f"{path.name}: fell back to h5py ({H.native_last_reason})"
+        assert scanner.fallbacks == 0, f"{path.name}: fell back to h5py ({scanner.last_fallback})"
 
 
 @pytest.mark.parametrize("path", hdf5_corpus() or [pytest.param(None, marks=pytest.mark.skip(
@@ -125,7 +130,7 @@ def test_compact_data_falls_back_to_h5py(tmp_path: Path) -> None:
     p = tmp_path / "f.h5"
     _h5py_file(p, "latest", "<", False, 2, 2, compact=True)
     check_same(p, must_be_native=False)
-    assert "layout class 0" in H.native_last_reason
+    assert "layout class 0" in LAST[0]
 
 
 def _netcdf4_file(path: Path, n_attrs: int, fmt: str = "NETCDF4") -> None:
@@ -215,14 +220,17 @@ def test_files_of_one_layout_reuse_parsed_headers_exactly(tmp_path: Path, n_attr
     for day in (1, 2, 3):
         paths.append(tmp_path / f"day{day}.nc")
         _daily_file(paths[-1], day, n_attrs)
-    m._TEMPLATES.clear()
-    for p in paths:  # each after the one before has left its headers
+    for p in paths:  # a run of one file each: nothing to reuse, but the set is the h5py one
         check_same(p, must_be_native=True)
+    run = Scan()  # a run of the three files: each after the one before has left its headers
+    sets = [run(str(p)) for p in paths]
+    scanner = run.scanner(HDF5Scanner)
+    assert scanner.fallbacks == 0
     with open(paths[2], "rb") as f:
-        root = open_native(f, paths[2].stat().st_size, 0, None)
+        root = open_native(f, paths[2].stat().st_size, 0, None, dict(scanner.templates))
         reused = {name for name, _kind, node, _t in root.links() if isinstance(node.hdr, m._Reused)}
     assert {"time", "a"} <= reused  # headers that differ only in data addresses
-    sets = [refset.scan(str(p)) for p in paths]
+    assert [s.to_dict() for s in sets] == [refset.scan(str(p)).to_dict() for p in paths]  # as without a memo
     assert [s["a/0.0.0"] for s in sets] != [sets[0]["a/0.0.0"]] * 3  # each file's own chunks
     zattrs = [json.loads(s[".zattrs"]) for s in sets]
     assert [z["history"] for z in zattrs] == ["made on day 01", "made on day 02", "made on day 03"]
@@ -232,13 +240,15 @@ def test_files_of_one_layout_reuse_parsed_headers_exactly(tmp_path: Path, n_attr
     # the metadata texts are kept with the headers: one for "time" (the same in every file), one
     # per comment for "a" (read from the global heap), none where attributes are dense (outside
     # the header); day 1 again gets its own comment back
-    stores = [t.memo["zarr"] for t in m._TEMPLATES.values() if "zarr" in t.memo]
+    stores = [t.memo["zarr"] for t in scanner.templates.values() if "zarr" in t.memo]
     kept = [k for st in stores for k in st]
     assert sum(k[0] == "time" for k in kept) == 1
     comments = sorted(dict(k[2])["comment"] for k in kept if k[0] == "a")  # (shape, values) of each
     assert comments == ([((1,), (f"a of day {d:02d}",)) for d in (1, 2, 3)] if not n_attrs else [])
-    assert json.loads(refset.scan(str(paths[0]))["a/.zattrs"])["comment"] == "a of day 01"
-    assert refset.scan(str(paths[0])).to_dict() == sets[0].to_dict()
+    assert json.loads(run(str(paths[0]))["a/.zattrs"])["comment"] == "a of day 01"
+    assert run(str(paths[0])).to_dict() == sets[0].to_dict()
+    assert not Scan().scanner(HDF5Scanner).templates  # a new run starts afresh
+
 
 def test_user_block(tmp_path: Path) -> None:
     p = tmp_path / "ub.h5"
@@ -256,8 +266,9 @@ def _h5py_scan_in_child(path: Path) -> tuple[str, object] | None:
     import sys
 
     code = ("import json, sys, warnings; warnings.simplefilter('ignore'); import refset; "
-            "from refset.scan.hdf5 import scanner as H; H.native_enabled = False\n"
-            "try:\n    print(json.dumps(['ok', refset.scan(sys.argv[1], inline_threshold=0).to_dict()], default=repr))\n"
+            "\n"
+            "try:\n    print(json.dumps(['ok', refset.scan(sys.argv[1], inline_threshold=0, native=False).to_dict()],"
+            " default=repr))\n"
             "except Exception as e:\n    print(json.dumps(['error', f'{type(e).__name__}: {e}']))")
     try:
         r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=30)
@@ -273,7 +284,7 @@ def _native_only(path: Path) -> tuple[str, object] | None:
     try:
         with open(path, "rb") as f, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            w = H._scan_native(f, str(path), 0, None, set(), None, H.MAX_INLINE)
+            w = HDF5Scanner(inline_threshold=0).walk_native(f, str(path), DropList(()))
             return "ok", w.build(lambda offsets, lengths: []).to_dict()
     except Exception:
         return None
@@ -342,9 +353,12 @@ def test_local_scan_imports_neither_fsspec_nor_h5py(tmp_path: Path) -> None:
     _daily_file(home / "day.nc", 1)
     code = (
         "import json, sys, refset\n"
-        "from refset.scan.hdf5 import meta as _h5meta, scanner as hdf5\n"
-        "rs = refset.scan('~/day.nc')\n"
-        "print(json.dumps([hdf5.native_fallbacks, _h5meta._checksum in (None, _h5meta.lookup3),\n"
+        "from refset.scan import Scan\n"
+        "from refset.scan.hdf5 import meta as _h5meta\n"
+        "from refset.scan.hdf5.scanner import HDF5Scanner\n"
+        "run = Scan()\n"
+        "rs = run('~/day.nc')\n"
+        "print(json.dumps([run.scanner(HDF5Scanner).fallbacks, _h5meta._checksum in (None, _h5meta.lookup3),\n"
         "                  sorted(m for m in ('fsspec', 'h5py') if m in sys.modules),\n"
         "                  sorted({rs.urls[0]})]))\n"
     )
@@ -396,7 +410,7 @@ def test_reference_attributes_other_than_dimension_list_fall_back(tmp_path: Path
         y.attrs.create("myrefs", refs, dtype=h5py.vlen_dtype(h5py.ref_dtype))
         y.attrs["one_ref"] = x.ref
     check_same(p, must_be_native=False)
-    assert "attribute type" in H.native_last_reason
+    assert "attribute type" in LAST[0]
 
 
 def _amplified(tmp_path: Path, kind: str) -> Path:
@@ -450,5 +464,5 @@ def test_amplifying_b_trees_are_declined_without_reading_them_out(tmp_path: Path
     """Reading more metadata than twice the file's size ends the native pass (before, these took
     215 MB and 455 MB, and ~100 GB at the format's maxima from a 4 MB file)."""
     p = _amplified(tmp_path, kind)
-    with open(p, "rb") as f, pytest.raises(H.NotNative, match="read more than twice over"):
-        H._scan_native(f, str(p), 0, None, set(), None, H.MAX_INLINE)
+    with open(p, "rb") as f, pytest.raises(NotNative, match="read more than twice over"):
+        HDF5Scanner(inline_threshold=0).walk_native(f, str(p), DropList(()))

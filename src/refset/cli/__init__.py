@@ -572,7 +572,6 @@ def cmd_combine(a: argparse.Namespace) -> int:
 def cmd_scan(a: argparse.Namespace) -> int:
     import time
 
-    import refset
 
     t0 = time.perf_counter()
     a.files = _inputs(a.files)
@@ -597,9 +596,12 @@ def cmd_scan(a: argparse.Namespace) -> int:
         os.makedirs(a.output, exist_ok=True)
     arrays = refs = 0
     where = a.files[0] if not many else f"any of the {len(a.files)} files"
+    from refset.scan import Scan
+
+    run = Scan(**_scan_options(a))  # one run: files of one product share parsed headers
     with Bar(len(a.files), "scanning", many and wanted(a.quiet)) as bar, _unused_drops(a, len(a.files), where):
         for src, dest in bar.iterate(zip(a.files, dests, strict=True)):
-            rs = refset.scan(src, storage_options=so, **_scan_options(a))
+            rs = run(src, storage_options=so)
             _save(rs, dest, a, options, so)
             n = sum(rs.table(p).count() for p in rs.grids)
             arrays, refs = arrays + len(rs.grids), refs + n

@@ -19,7 +19,7 @@ from refset.errors import InvalidReferences
 from refset.formats.json.batch import NotBatch, read_documents
 from refset.model.refset import ReferenceSet
 from refset.model.stack import SetStack
-from refset.scan import UnusedDropWarning
+from refset.scan import Scan, UnusedDropWarning
 
 __all__ = ["combine", "open_input"]
 
@@ -90,10 +90,11 @@ def combine(
         _check_identical(identical_dims, list(out.grids))
         return postprocess(out) if postprocess is not None else out
     opened, unused = [], []
+    run = Scan(**sc)  # one run for the data files: files of one product share parsed headers
     for i, x in enumerate(items):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UnusedDropWarning)
-            opened.append(open_input(x, i, storage_options=so, scan_options=sc))
+            opened.append(open_input(x, i, storage_options=so, scan=run))
         unused.append(set().union(*(w.message.names for w in caught if isinstance(w.message, UnusedDropWarning))))
         for w in caught:
             if not isinstance(w.message, UnusedDropWarning):
@@ -157,8 +158,8 @@ def expand_lists(items: list[Any]) -> list[Any]:
 def _json_list(url: str) -> list[Any] | None:
     """The list a local JSON file holds, when it holds one (its first bytes tell, read through its
     compression), else None."""
-    from refset.formats.registry import GZIP_MAGIC, ZSTD_MAGIC
     from refset.io.files import decompress, is_local, local_path
+    from refset.io.magic import GZIP_MAGIC, ZSTD_MAGIC
 
     if not is_local(url):
         return None
@@ -219,9 +220,9 @@ def _warn_unused(unused: list[set[str]]) -> None:
 
 
 def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | None = None,
-               scan_options: Mapping[str, Any] | None = None) -> tuple[ReferenceSet, str]:
-    """``(set, name)`` of one input: a set or dict as it is, a path/URL to a NetCDF/HDF5 file scanned
-    (with ``scan_options``), any other path loaded as a reference set."""
+               scan: Scan | None = None) -> tuple[ReferenceSet, str]:
+    """``(set, name)`` of one input: a set or dict as it is, a path/URL to a data file scanned (by the
+    run ``scan``, a new one by default), any other path loaded as a reference set."""
     from refset.formats import load
 
     if isinstance(x, ReferenceSet | Mapping | ListItem):
@@ -233,16 +234,14 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
         raise InvalidReferences(f"combine: input {index} is a {type(x).__name__}, not a set, a dict or a path")
     url = os.fspath(x)
     if _is_data_file(url, storage_options or {}):
-        from refset.scan import scan
-
-        return scan(url, storage_options=storage_options, **dict(scan_options or {})), url
+        return (scan or Scan())(url, storage_options), url
     return load(url, storage_options=storage_options), url
 
 
 def _is_data_file(url: str, so: Mapping[str, Any]) -> bool:
     """NetCDF/HDF5 by magic bytes (an HDF5 user block too)."""
-    from refset.formats.registry import data_format, file_reader, is_data_file, starts_like_refs
     from refset.io.local import is_local, local_path
+    from refset.io.magic import data_format, file_reader, is_data_file, starts_like_refs
 
     if is_local(url, so):  # the common case, without fsspec's per-call cost
         local = local_path(url)

@@ -61,13 +61,14 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
     """Inputs ``start...`` opened (scanned, with ``scan_options``) with ``so``, each one's coordinate
     values and attributes (data read with ``ro``), and the names to drop each one lacked."""
     from refset.combine import open_input
-    from refset.scan import UnusedDropWarning
+    from refset.scan import Scan, UnusedDropWarning
 
     sets, coords, unused = [], [], []
+    run = Scan(**scan_options)  # one run per task: its files share parsed headers
     for k, x in enumerate(xs):
         with warnings.catch_warnings(record=True) as caught:  # reported once, by the client
             warnings.simplefilter("always", UnusedDropWarning)
-            rs, name = open_input(x, start + k, storage_options=so, scan_options=scan_options)
+            rs, name = open_input(x, start + k, storage_options=so, scan=run)
         unused.append(set().union(*(w.message.names for w in caught if isinstance(w.message, UnusedDropWarning))))
         if preprocess is not None:
             rs = preprocess(rs)

@@ -16,60 +16,21 @@ from typing import Any
 
 from refset.errors import InvalidOption, InvalidReferences, Unsupported
 from refset.io.local import is_local, local_path
+from refset.io.magic import (
+    GZIP_MAGIC,
+    PACKED_MAGIC,
+    PARQUET_MAGIC,
+    ZARR_STORE_FILES,
+    ZSTD_MAGIC,
+    data_format,
+    file_reader,
+    starts_like_refs,
+)
 
 __all__ = ["Option", "FormatSpec", "FORMATS", "by_name", "for_dest", "detect", "looks_like_refs",
-           "detect_with_head", "HEAD_SIZE", "PACKED_MAGIC", "GZIP_MAGIC", "ZSTD_MAGIC", "COMPRESSION_SUFFIXES",
-           "HDF5_MAGIC", "NETCDF3_MAGIC", "PARQUET_MAGIC", "data_format", "file_reader", "is_data_file",
-           "starts_like_refs"]
+           "detect_with_head", "HEAD_SIZE", "COMPRESSION_SUFFIXES"]
 
-PACKED_MAGIC = b"\x89RFSPK\r\n"
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
-# what a reference set is not, told apart so that a mistaken input is named
-HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"  # at 0, or at 512, 1024, 2048, ... after a user block
-NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
-PARQUET_MAGIC = b"PAR1"
-ZARR_STORE_FILES = (".zgroup", ".zarray", "zarr.json")
-
-
-def file_reader(f: Any) -> Callable[[int, int], bytes]:
-    """``read_at(offset, n)`` over the open binary file ``f``."""
-    def read_at(offset: int, n: int) -> bytes:
-        f.seek(offset)
-        return bytes(f.read(n))
-    return read_at
-
-
-def data_format(read_at: Callable[[int, int], bytes], size: int) -> tuple[str, int] | None:
-    """``("hdf5", superblock offset)`` or ``("netcdf3", 0)`` for a data file, else None.
-
-    ``read_at(offset, n)`` returns ``n`` bytes of the file from ``offset`` (fewer at its end); ``size``
-    bounds the user-block offsets tried (512, 1024, ...).
-    """
-    head = read_at(0, 8)
-    if head == HDF5_MAGIC:
-        return "hdf5", 0
-    if head[:4] in NETCDF3_MAGIC:
-        return "netcdf3", 0
-    at = 512
-    while at + 8 <= size:
-        if read_at(at, 8) == HDF5_MAGIC:
-            return "hdf5", at
-        at *= 2
-    return None
-
-
-def starts_like_refs(head: bytes) -> bool:
-    """Whether a file starting with ``head`` may be a reference set (JSON, compressed or packed)."""
-    return head.lstrip()[:1] in (b"{", b"[", b"") or head.startswith((GZIP_MAGIC, ZSTD_MAGIC, PACKED_MAGIC))
-
-
-def is_data_file(read_at: Callable[[int, int], bytes], size: int) -> bool:
-    """Whether a file is NetCDF/HDF5 (an HDF5 user block too); one that starts like a reference set is
-    not probed further."""
-    return not starts_like_refs(read_at(0, 16)) and data_format(read_at, size) is not None
-
 
 def refuse_non_refs(source: str, read_at: Callable[[int, int], bytes], size: int) -> None:
     """Raise :class:`~refset.errors.InvalidReferences` naming what ``source`` is when it is a

@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from refset.errors import InvalidReferences
-from refset.formats.registry import GZIP_MAGIC, ZSTD_MAGIC
 from refset.io.local import is_local, local_path
+from refset.io.magic import GZIP_MAGIC, ZSTD_MAGIC
 from refset.options import DEFAULT_LIMITS
 
 __all__ = ["read_bytes", "write_bytes", "decompress", "compress", "file_mode", "is_local", "local_path",

@@ -68,11 +68,12 @@ class _Remote:
 
 
 class ScanFile:
-    """The scanned file: ``file`` (seekable, for h5py and the NetCDF3 parser), ``size``, and
-    ``read_ranges`` for the small chunks stored in the set."""
+    """The scanned file: ``url`` (what its references name), ``file`` (seekable, for the format readers
+    and h5py), ``size``, and ``read_ranges`` for the small chunks stored in the set."""
 
-    def __init__(self, fs: Any, path: str, head_bytes: int = HEAD_BYTES) -> None:
+    def __init__(self, fs: Any, path: str, head_bytes: int = HEAD_BYTES, name: str | None = None) -> None:
         self.fs, self.path = fs, path
+        self.url = path if name is None else name  # what the references name
         self.head = b""
         self._blocks: dict[int, bytes] = {}
         if is_local_fs(fs):

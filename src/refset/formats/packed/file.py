@@ -32,8 +32,8 @@ from refset.formats.packed.array import (
     lookup_segment,
 )
 from refset.formats.packed.codec import BlockReader, BlockWriter
-from refset.formats.registry import PACKED_MAGIC, ZSTD_MAGIC
 from refset.io.files import decompress, reading_options, write_bytes
+from refset.io.magic import PACKED_MAGIC, ZSTD_MAGIC
 from refset.model.keys import ChunkGrid, checked_grid
 from refset.model.producer import split_documents
 from refset.model.refset import ReferenceSet

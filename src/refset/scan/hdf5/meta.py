@@ -115,8 +115,9 @@ class H5File:
     """The file's bytes (``f``: a seekable file object, ``size`` bytes) from the superblock at
     ``start`` on; addresses are relative to the base address."""
 
-    def __init__(self, f: Any, size: int, start: int) -> None:
+    def __init__(self, f: Any, size: int, start: int, templates: dict[Any, Any] | None = None) -> None:
         self.f, self.size = f, size
+        self.templates: dict[Any, Any] = {} if templates is None else templates
         # Every structure is read once in a sound file, so reading more than this is a loop or an
         # amplification (overlapping nodes, repeated continuations) in a hostile one.
         self._budget = 2 * size + (1 << 20)
@@ -399,9 +400,8 @@ class _Reused(Header):
         self.msgs = msgs
 
 
-# Parsed headers by (address, first 16 bytes); bounded, replaced on a mismatch. A race between
-# threads only repeats a parse.
-_TEMPLATES: dict[tuple[int, bytes], Header] = {}
+# Parsed headers kept by a run (``H5File.templates``, by address and first 16 bytes): bounded, replaced
+# on a mismatch.
 _MAX_TEMPLATES = 4096
 
 
@@ -424,7 +424,8 @@ def read_header(h5: H5File, addr: int) -> Header:
     (outside data addresses and checksums), else parsed."""
     first = h5.read(addr, 16)
     key = (addr, first)
-    t = _TEMPLATES.get(key)
+    templates = h5.templates
+    t = templates.get(key)
     if t is not None:
         blocks = [first]
         for (a, n, old), masks in zip(t.blocks[1:], t.masks[1:]):
@@ -437,9 +438,9 @@ def read_header(h5: H5File, addr: int) -> Header:
                 _check(blocks[i], "object header")
             return _Reused(t, blocks)
     h = Header(h5, addr, first)
-    if len(_TEMPLATES) >= _MAX_TEMPLATES:
-        _TEMPLATES.clear()
-    _TEMPLATES[key] = h
+    if len(templates) >= _MAX_TEMPLATES:
+        templates.clear()
+    templates[key] = h
     return h
 
 

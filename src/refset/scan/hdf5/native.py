@@ -1,5 +1,5 @@
-"""The scanner's view of an HDF5 file read natively (``_h5meta``): groups, datasets and attributes
-as ``hdf5._Scanner`` asks for them, with h5py's values and types. Whatever would need data reads
+"""The walk's view of an HDF5 file read natively (:mod:`.meta`): groups, datasets and attributes
+as :class:`~.walk.Walker` asks for them, with h5py's values and types. Whatever would need data reads
 (compact data, variable-length string data, re-encoding) or is not understood raises ``NotNative``."""
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from refset.scan.hdf5.meta import UNDEF, NotNative, _need
 __all__ = ["NotNative", "open_native"]
 
 
-def open_native(f: Any, size: int, start: int, group: str | None) -> NativeNode:
-    h5 = m.H5File(f, size, start)
+def open_native(f: Any, size: int, start: int, group: str | None,
+                templates: dict[Any, Any] | None = None) -> NativeNode:
+    """The root (or ``group``) of the file at ``f``; ``templates``: the object headers parsed in earlier
+    files of the run (see :func:`~.meta.read_header`), added to as the file is read."""
+    h5 = m.H5File(f, size, start, templates)
     node = NativeNode(h5, h5.root)
     for part in (group or "").strip("/").split("/"):
         if part:

@@ -1,0 +1,74 @@
+"""What a scanner is: one kind of data file read into reference sets.
+
+A scanner class says whether a file is its kind (:meth:`Scanner.probe`, from the file's first bytes);
+an instance holds its options (given to the constructor) and scans files (:meth:`Scanner.__call__`).
+One instance may scan many files and keep what files of one product share (parsed HDF5 object headers)
+for the next ones: a run over many files uses one instance per kind, and such memos live as long as
+the run, never in the process. Instances are not thread-safe: one per thread.
+
+The registry (:mod:`refset.scan.registry`) lists the built-in scanners and those installed under the
+``refset.scanners`` entry-point group.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from refset.model.refset import ReferenceSet
+    from refset.scan.file import ScanFile
+
+__all__ = ["Scanner", "HEAD"]
+
+#: Bytes of a file's beginning given to :meth:`Scanner.sniff` (all of it when the file is shorter).
+HEAD = 1 << 10
+
+
+class Scanner(ABC):
+    """A kind of data file and how to reference it.
+
+    Class attributes
+    ----------------
+    name
+        The kind's name (``"hdf5"``, ``"netcdf3"``), as ``refset scan`` reports it.
+    options
+        Keyword options its constructor takes besides the ones every scanner takes
+        (``inline_threshold``, ``drop_variables``, ``subchunk``).
+    """
+
+    name: ClassVar[str]
+    options: ClassVar[frozenset[str]] = frozenset()
+
+    #: The options this instance was made with (it pickles as them: a run's memos stay behind).
+    config: dict[str, Any]
+
+    @classmethod
+    @abstractmethod
+    def sniff(cls, head: bytes) -> bool:
+        """Whether a file starting with ``head`` (its first :data:`HEAD` bytes) is this kind."""
+
+    @classmethod
+    def probe(cls, read_at: Callable[[int, int], bytes], size: int) -> bool:
+        """Whether the file is this kind, reading more than its head where the format needs to
+        (an HDF5 superblock after a large user block). ``read_at(offset, n)``: ``n`` bytes at
+        ``offset`` (fewer at the end). Note to implementers: the default asks :meth:`sniff`."""
+        return cls.sniff(read_at(0, HEAD))
+
+    @abstractmethod
+    def __call__(self, file: ScanFile) -> ReferenceSet:
+        """The reference set of ``file`` (its references name ``file.url``). A name to drop that the
+        file lacks warns with :class:`refset.scan.UnusedDropWarning`; a variable that cannot be
+        referenced exactly raises :class:`~refset.errors.Unsupported` naming it; a malformed file
+        raises :class:`~refset.errors.InvalidFile`."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} scanner ({self.name})>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_remake, (type(self), dict(self.config)))
+
+
+def _remake(cls: type[Scanner], config: dict[str, Any]) -> Scanner:
+    return cls(**config)
