@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import refset
-from refset.io.files import compress
+from refset.io.compression import compress
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, float, Any]:

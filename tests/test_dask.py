@@ -144,18 +144,18 @@ def test_relative_paths_reopen_from_any_directory(stored, tmp_path, monkeypatch)
 def test_a_small_selection_reads_only_its_blocks(tmp_path, monkeypatch):
     """xarray reading a slice of a parquet set reads the records of that slice, not the whole
     table (on S3, a request per record file)."""
-    from refset.formats.parquet import reader as _parquet
+    from refset.io.store import LocalStore
 
     rs, data = raw_array_set(tmp_path, shape=(40, 20, 20), chunks=(1, 10, 10))
     refset.save(rs, tmp_path / "r.parq", record_size=8)
     read: list[str] = []
-    orig = _parquet._Store.cat
+    orig = LocalStore.read
 
-    def cat(self, rel):
-        read.append(rel)
-        return orig(self, rel)
+    def recorded(self, path="", start=None, end=None):
+        read.append(path)
+        return orig(self, path, start, end)
 
-    monkeypatch.setattr(_parquet._Store, "cat", cat)
+    monkeypatch.setattr(LocalStore, "read", recorded)
     ds = refset.open_dataset(str(tmp_path / "r.parq"))
     got = ds.v[10:12].values
     np.testing.assert_array_equal(got, data[10:12])

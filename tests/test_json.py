@@ -267,7 +267,7 @@ def test_shared_corpus_reference_sets(corpus: Path):
 
 
 def test_large_local_file_is_mapped_not_copied(tmp_path: Path):
-    from refset.io.files import read_bytes
+    from refset.io.store import read_bytes
 
     d = {"v/.zarray": zarray([60000], [1])}
     for i in range(60000):

@@ -17,7 +17,6 @@ import pytest
 
 import refset
 from refset.errors import InvalidReferences, Unsupported
-from refset.formats.parquet import reader as _parquet
 from refset.formats.parquet import writer as _parquet_write
 
 from .helpers import zarr_json, zarray
@@ -154,14 +153,16 @@ def test_bad_keys_are_key_errors(tmp_path):
 def test_lazy_reads_only_what_it_needs(tmp_path, monkeypatch):
     refs = {**BASE, **grid_refs("a", (100,), (1,)), **grid_refs("b", (100,), (1,))}
     refset.save(refs, tmp_path / "o.parq", record_size=10)
+    from refset.io.store import LocalStore
+
     read: list[str] = []
-    orig = _parquet._Store.cat
+    orig = LocalStore.read
 
-    def cat(self, rel):
-        read.append(rel)
-        return orig(self, rel)
+    def recorded(self, path="", start=None, end=None):
+        read.append(path)
+        return orig(self, path, start, end)
 
-    monkeypatch.setattr(_parquet._Store, "cat", cat)
+    monkeypatch.setattr(LocalStore, "read", recorded)  # every read of the set goes through the byte layer
     rs = refset.load(str(tmp_path / "o.parq"), cache_size=2)
     assert read == [".zmetadata"]
     assert rs["a/55"] == tuple(refs["a/55"])

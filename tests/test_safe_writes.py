@@ -87,7 +87,7 @@ def test_single_file_writers_killed_before_rename(tmp_path, name):
 
 def test_a_live_writers_temporary_is_left_alone(tmp_path):
     """Only temporaries of processes no longer running are removed (this process is running)."""
-    from refset.io.files import temp_prefix
+    from refset.io.atomic import temp_prefix
 
     dest = tmp_path / "out.json"
     live = tmp_path / f"{temp_prefix(str(dest))}abc.tmp"
@@ -99,7 +99,7 @@ def test_a_live_writers_temporary_is_left_alone(tmp_path):
 def test_a_left_temporary_whose_pid_was_reused_is_removed(tmp_path):
     """A killed writer's temporary is removed even when its pid now names a running process: its lock
     is free and it is older than STALE_AFTER (before: kept for as long as that pid ran)."""
-    from refset.io.files import STALE_AFTER, temp_prefix
+    from refset.io.atomic import STALE_AFTER, temp_prefix
 
     dest = tmp_path / "out.json"
     left = tmp_path / f"{temp_prefix(str(dest))}abc.tmp"  # this process's pid: running
@@ -112,7 +112,7 @@ def test_a_left_temporary_whose_pid_was_reused_is_removed(tmp_path):
 
 _HOLDER = """
 import os, sys, time
-from refset.io.files import hold
+from refset.io.atomic import hold
 fd = hold(sys.argv[1])
 print("held" if fd is not None else "not held", flush=True)
 time.sleep(60)

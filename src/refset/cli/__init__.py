@@ -159,7 +159,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from refset.errors import InvalidReferences
     from refset.formats import detect_format
     from refset.formats.json.read import document_problems
-    from refset.io.files import decompress, read_bytes
+    from refset.io.compression import decompress
+    from refset.io.store import read_bytes
 
     so = _json_arg(a.storage_options, "--storage-options")
     if detect_format(a.refs, so) == "json":

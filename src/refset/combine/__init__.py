@@ -158,7 +158,8 @@ def expand_lists(items: list[Any]) -> list[Any]:
 def _json_list(url: str) -> list[Any] | None:
     """The list a local JSON file holds, when it holds one (its first bytes tell, read through its
     compression), else None."""
-    from refset.io.files import decompress, is_local, local_path
+    from refset.io.compression import decompress
+    from refset.io.local import is_local, local_path
     from refset.io.magic import GZIP_MAGIC, ZSTD_MAGIC
 
     if not is_local(url):

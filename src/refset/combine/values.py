@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from refset.errors import InvalidReferences, ReferenceNotReachable, Unsupported
-from refset.io.files import is_local, local_path
+from refset.errors import InvalidReferences, Unsupported
 from refset.model.metadata import ArrayMetadata
 from refset.model.table import INLINE, RANGE, WHOLE
 
@@ -97,63 +96,10 @@ def read_arrays(inputs: SetStack, path: str, which: Iterable[int],
 
 
 def _fetch(items: list[tuple[str, int, int]], storage_options: Mapping[str, Any]) -> list[bytes]:
-    """The bytes of each ``(url, start, end)`` (``end < 0``: the whole file): local files read
-    directly, the rest through the read path's checked reader (``Content-Range`` and lengths checked,
-    retries, timeouts), concurrently."""
-    if not items:
-        return []
-    out: list[bytes] = [b""] * len(items)
-    remote: list[int] = []
-    for i, (url, _, _) in enumerate(items):
-        if is_local(url, storage_options):  # plain reads: no fsspec import or per-call cost
-            out[i] = _read_local(*items[i])
-        else:
-            remote.append(i)
-    if remote:
-        for i, got in zip(remote, _fetch_remote([items[i] for i in remote], storage_options)):
-            out[i] = got
-    return out
+    """The bytes of each ``(url, start, end)`` (``end < 0``: the whole file), through the byte layer."""
+    from refset.io.store import read_many
 
-
-def _fetch_remote(items: list[tuple[str, int, int]], storage_options: Mapping[str, Any]) -> list[bytes]:
-    import asyncio
-
-    from fsspec.asyn import get_loop, sync
-
-    from refset.io.fetch import Targets, read_range
-
-    targets = Targets(remote_options=storage_options)
-    sem = asyncio.Semaphore(64)
-
-    async def one(url: str, start: int, end: int) -> bytes:
-        async with sem:
-            try:
-                data = await read_range(targets, url, start if end >= 0 else None, end if end >= 0 else None)
-            except Exception as e:
-                raise ReferenceNotReachable.wrap("", url, e) from e
-        if end >= 0 and len(data) != end - start:
-            raise ReferenceNotReachable("", url, f"short read at byte {start}: {len(data)} of {end - start} bytes")
-        return data
-
-    async def every() -> list[bytes]:
-        return list(await asyncio.gather(*(one(*x) for x in items)))
-
-    return sync(get_loop(), every)  # type: ignore[no-any-return]
-
-
-def _read_local(url: str, start: int, end: int) -> bytes:
-    """Bytes ``start:end`` of a local file (the whole file for a negative ``end``)."""
-    try:
-        with open(local_path(url), "rb") as f:
-            if end < 0:
-                return f.read()
-            f.seek(start)
-            data = f.read(end - start)
-    except OSError as e:
-        raise ReferenceNotReachable.wrap("", url, e)  # noqa: B904  (wrap keeps the cause)
-    if len(data) != end - start:
-        raise ReferenceNotReachable("", url, f"short read at byte {start}: {len(data)} of {end - start} bytes")
-    return data
+    return read_many(items, storage_options) if items else []
 
 
 def _codecs(meta: ArrayMetadata, path: str) -> list[Any]:

@@ -50,7 +50,7 @@ def _refuse_zmetadata(source: str, storage_options: Mapping[str, Any] | None) ->
     """A ``.zmetadata`` file given for its set (parquet) or store (zarr): name the directory to give."""
     import json
 
-    from refset.io.files import read_bytes
+    from refset.io.store import read_bytes
 
     directory = source.rstrip("/").rsplit("/", 1)[0] if "/" in source.rstrip("/") else "."
     try:
@@ -314,41 +314,33 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
             if not starts_like_refs(head):  # the error path only: name what it is
                 refuse_non_refs(source, file_reader(f), os.fstat(f.fileno()).st_size)
         return (FORMATS["packed"] if head.startswith(PACKED_MAGIC) else FORMATS["json"]), None
-    import fsspec
+    from refset.io.store import FsspecStore
 
-    from refset.io.files import reading_options
+    store = FsspecStore(source.rstrip("/"), storage_options)
 
-    fs, path = fsspec.core.url_to_fs(source, **reading_options(source, storage_options))
-    path = path.rstrip("/")
-
-    def has_zmetadata() -> bool:
+    def has(name: str) -> bool:
         try:
-            return bool(fs.exists(f"{path}/.zmetadata"))
-        except Exception:  # a server that refuses the probe: not parquet
+            return store.exists(name)
+        except Exception:  # a server that refuses the probe: not there, rather than fail differently
             return False
 
     if _strip_compression(source.rstrip("/")).endswith(FORMATS["parquet"].suffixes) or source.endswith("/"):
-        if has_zmetadata():
+        if has(".zmetadata"):
             return FORMATS["parquet"], None
-    def refuse_zarr_store() -> None:
-        def has(name: str) -> bool:
-            try:
-                return bool(fs.exists(f"{path}/{name}"))
-            except Exception:  # a server that refuses the probe: say nothing rather than fail differently
-                return False
 
+    def refuse_zarr_store() -> None:
         problem = zarr_store_problem(source, has)
         if problem:
             raise InvalidReferences(problem)
 
     try:
-        head = bytes(fs.cat_file(path, start=0, end=HEAD_SIZE))
+        head = bytes(store.read("", 0, HEAD_SIZE))
     except Exception:
-        if has_zmetadata():
+        if has(".zmetadata"):
             return FORMATS["parquet"], None
-        from refset.io.files import remote_leftovers
+        from refset.io.atomic import remote_leftovers
 
-        if remote_leftovers(fs, path):  # a write killed while copying its tree into place left it
+        if remote_leftovers(store.fs, store.root):  # a write killed while copying its tree into place left it
             return FORMATS["parquet"], None
         refuse_zarr_store()
         raise
@@ -356,7 +348,7 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
         return FORMATS["packed"], head
     if not starts_like_refs(head):
         refuse_non_refs(source, lambda offset, n: head[offset:offset + n], len(head))
-        if has_zmetadata():  # e.g. an HTML directory listing
+        if has(".zmetadata"):  # e.g. an HTML directory listing
             return FORMATS["parquet"], None
         refuse_zarr_store()
     return FORMATS["json"], head

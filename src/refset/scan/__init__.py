@@ -12,12 +12,14 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from refset.abc.bytestore import ByteStore
 from refset.abc.scanner import Scanner
 from refset.errors import Unsupported
 from refset.io.local import is_local, local_path
 from refset.io.magic import ZARR_STORE_FILES, file_reader, starts_like_refs
+from refset.io.store import LocalStore, open_store
 from refset.model.refset import ReferenceSet
-from refset.scan.file import HEAD_BYTES, ScanFile, is_local_fs
+from refset.scan.file import HEAD_BYTES, ScanFile
 from refset.scan.writer import INLINE_THRESHOLD, UnusedDropWarning
 
 __all__ = ["scan", "Scan", "INLINE_THRESHOLD", "UnusedDropWarning", "detect_scanner"]
@@ -88,25 +90,16 @@ class Scan:
                  ) -> ReferenceSet:
         """The reference set of the data file at ``url`` (``storage_options``: fsspec options to read it)."""
         url = os.fspath(url)
-        so = dict(storage_options or {})
-        if is_local(url, so):  # opened directly: no fsspec import (~0.1 s in each Dask worker)
-            fs, path = None, os.path.abspath(local_path(url))
-        else:
-            import fsspec
-
-            fs, path = fsspec.core.url_to_fs(url, **so)
-        if is_local_fs(fs) and os.path.isdir(path):
-            if fs is None:
-                from fsspec.implementations.local import LocalFileSystem
-
-                fs = LocalFileSystem()
-            _refuse_directory(fs, path, url)
+        store = open_store(os.path.abspath(local_path(url)) if is_local(url, storage_options) else url,
+                           storage_options)
+        if isinstance(store, LocalStore) and os.path.isdir(store.root):
+            _refuse_directory(store, url)
         # what the references name: local files by absolute path, others as given
         try:
-            sf = ScanFile(fs, path, self.head_bytes, name=path if is_local_fs(fs) else url)
+            sf = ScanFile(store, self.head_bytes, name=store.root if isinstance(store, LocalStore) else url)
         except (FileNotFoundError, IsADirectoryError):
-            if not is_local_fs(fs) and _is_dir(fs, path):  # asked only when there is no such file
-                _refuse_directory(fs, path, url)
+            if _is_dir(store):  # asked only when there is no such file: a request
+                _refuse_directory(store, url)
             raise
         with sf:
             try:
@@ -140,26 +133,26 @@ def detect_scanner(f: Any, size: int) -> type[Scanner]:
     return found
 
 
-def _refuse_directory(fs: Any, path: str, url: str) -> None:
-    raise Unsupported(f"{url}: {_what_directory(fs, path)}, not a NetCDF/HDF5 file: scan takes data files")
+def _refuse_directory(store: ByteStore, url: str) -> None:
+    raise Unsupported(f"{url}: {_what_directory(store)}, not a NetCDF/HDF5 file: scan takes data files")
 
 
-def _is_dir(fs: Any, path: str) -> bool:
+def _is_dir(store: ByteStore) -> bool:
     try:
-        return bool(fs.isdir(path))
+        return store.isdir()
     except Exception:  # the server failing again: the first error is the one to report
         return False
 
 
-def _what_directory(fs: Any, path: str) -> str:
+def _what_directory(store: ByteStore) -> str:
     """What a directory given to scan is: a parquet reference set, a zarr store, or just a directory."""
-    if fs.exists(f"{path}/.zmetadata"):
+    if store.exists(".zmetadata"):
         try:
-            if b"record_size" in fs.cat_file(f"{path}/.zmetadata", start=0, end=4096):
+            if b"record_size" in store.read(".zmetadata", 0, 4096):
                 return "is a parquet reference set (`refset convert` rewrites it, `refset combine` joins sets)"
         except OSError:
             pass
-    found = [n for n in ZARR_STORE_FILES if fs.exists(f"{path}/{n}")]
+    found = [n for n in ZARR_STORE_FILES if store.exists(n)]
     if found:
         return f"is a zarr store ({found[0]})"
     return "is a directory (a glob such as DIR/*.nc scans its files)"

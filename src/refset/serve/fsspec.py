@@ -279,7 +279,7 @@ class ReferenceFileSystem(AsyncFileSystem):
             os.makedirs(lpath, exist_ok=True)
             return
         data = await self._cat_file(rpath)
-        from refset.io.files import write_bytes
+        from refset.io.atomic import write_bytes
 
         write_bytes(lpath, data)  # a temporary beside it, then rename: no half-written file
 

@@ -139,7 +139,8 @@ def _refs_body(data: bytes, lo: int, hi: int) -> tuple[int, int]:
 
 
 def _read(url: str, so: Mapping[str, Any]) -> bytes:
-    from refset.io.files import decompress, is_local, local_path
+    from refset.io.compression import decompress
+    from refset.io.local import is_local, local_path
     from refset.io.magic import GZIP_MAGIC, ZSTD_MAGIC
 
     if not is_local(url, so):

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from refset.errors import InvalidReferences, Unsupported
-from refset.io.files import compress, write_bytes
+from refset.io.atomic import write_bytes
+from refset.io.compression import compress
 from refset.model.inline import InlineBytes
 from refset.model.keys import ChunkGrid, chunk_keys
 from refset.model.producer import json_text

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from refset.errors import Unsupported
-from refset.io.files import compress, write_bytes
+from refset.io.atomic import write_bytes
+from refset.io.compression import compress
 from refset.model.keys import array_key
 from refset.model.refset import ReferenceSet
 from refset.model.table import INLINE, RANGE, WHOLE, encode_inline

@@ -32,8 +32,10 @@ from refset.formats.packed.array import (
     lookup_segment,
 )
 from refset.formats.packed.codec import BlockReader, BlockWriter
-from refset.io.files import decompress, reading_options, write_bytes
+from refset.io.atomic import write_bytes
+from refset.io.compression import decompress
 from refset.io.magic import PACKED_MAGIC, ZSTD_MAGIC
+from refset.io.store import LocalStore, open_store
 from refset.model.keys import ChunkGrid, checked_grid
 from refset.model.producer import split_documents
 from refset.model.refset import ReferenceSet
@@ -170,33 +172,33 @@ def pack(rs: ReferenceSet, *, level: int = 3, segment_chunks: int = DEFAULT_SEGM
 
 # -- reading -------------------------------------------------------------------------------------------
 class _Source:
-    """Byte-range reads from a local file or any fsspec filesystem (``cat_file(path, start, end)``)."""
+    """The packed file's bytes through the byte layer, with its head kept once read (later reads inside
+    it are free) and its size once known (from the first answer, or the header)."""
 
     def __init__(self, source: str, storage_options: dict[str, Any] | None) -> None:
         self.name = source
-        self.fs: Any = None
-        self.path = source
+        self.store = open_store(source, storage_options)
         self.head = b""  # the first bytes of the file, once read: later reads inside it are free
         self.file_size = 1 << 63  # the header's, once read: no block lies past it
-        if source.startswith("file://") and not storage_options:
-            self.path = source[len("file://") :]
-        elif "://" in source or storage_options:
-            import fsspec
-
-            self.fs, self.path = fsspec.core.url_to_fs(source, **reading_options(source, storage_options))
+        self.known_size: int | None = None  # the file's size when an answer told it
 
     def read(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``; fewer at the end of the file."""
         if end <= len(self.head):
             return self.head[start:end]
-        if self.fs is not None:
-            return bytes(self.fs.cat_file(self.path, start=start, end=end))
-        with open(self.path, "rb") as f:
-            f.seek(start)
-            return f.read(end - start)
+        return bytes(self.store.read("", start, end))
+
+    def first(self, n: int) -> bytes:
+        """The first ``n`` bytes (fewer in a shorter file), noting the file's size when told."""
+        data, size = self.store.read_sized("", 0, n)
+        if size is not None:
+            self.known_size = size
+        return bytes(data)
 
     def size(self) -> int | None:
-        return os.path.getsize(self.path) if self.fs is None else None
+        if self.known_size is None and isinstance(self.store, LocalStore):
+            self.known_size = self.store.size()
+        return self.known_size
 
 
 def _block(src: _Source, name: str, entry: list[int], base: int, data: bytes | None = None) -> bytes:
@@ -251,7 +253,7 @@ def read_packed(
         raise Unsupported(f"options {sorted(options)} are not used by format 'packed'")
     src = _Source(os.fspath(source), storage_options)
     if head is None:
-        head = src.read(0, HEAD_GUESS)
+        head = src.first(HEAD_GUESS)
     if len(head) < HEADER_SIZE:
         raise InvalidReferences(
             f"{src.name}: packed block header: truncated: {len(head)} bytes, expected {HEADER_SIZE}"

@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from refset.abc.bytestore import ByteStore
 from refset.errors import InvalidReferences, Unsupported
+from refset.io.store import FsspecStore, LocalStore, open_store
 from refset.model.builder import check_ends
 from refset.model.keys import (
     ChunkGrid,
@@ -98,41 +100,6 @@ def decode_zmetadata(raw: bytes, where: str) -> Any:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise InvalidReferences(f"{where}: not JSON ({first})") from None
-
-
-class _Store:
-    """Read-only access to the files of a parquet reference directory (local fast path, else fsspec)."""
-
-    def __init__(self, source: str, storage_options: Mapping[str, Any] | None) -> None:
-        self.fs: Any = None
-        if ("://" not in source or source.startswith("file://")) and not storage_options:
-            self.root = source[len("file://"):] if source.startswith("file://") else source
-            self.root = self.root.rstrip("/") or "/"
-        else:
-            import fsspec
-
-            from refset.io.files import reading_options
-
-            self.fs, root = fsspec.core.url_to_fs(source, **reading_options(source, storage_options))
-            self.root = root.rstrip("/")
-
-    def cat(self, rel: str) -> bytes:
-        """Bytes of ``rel`` under the root; FileNotFoundError when missing."""
-        if self.fs is None:
-            with open(os.path.join(self.root, rel), "rb") as f:
-                return f.read()
-        return bytes(self.fs.cat_file(f"{self.root}/{rel}"))
-
-    def names(self, rel: str) -> set[str] | None:
-        """File names in directory ``rel``, or None when the store cannot list it (plain HTTP)."""
-        try:
-            if self.fs is None:
-                return set(os.listdir(os.path.join(self.root, rel)))
-            return {p.rstrip("/").rpartition("/")[2] for p in self.fs.ls(f"{self.root}/{rel}", detail=False)}
-        except FileNotFoundError:
-            return set()
-        except Exception:
-            return None
 
 
 class _Record:
@@ -253,7 +220,7 @@ class ParquetSource:
     """The :class:`~refset.abc.source.Source` of a parquet reference directory. Opening reads
     ``.zmetadata`` only; a record file is a block (read and decoded on its own for single keys)."""
 
-    def __init__(self, store: _Store, metadata: Mapping[str, object], record_size: int,
+    def __init__(self, store: ByteStore, metadata: Mapping[str, object], record_size: int,
                  source: str = "", checksums: Mapping[str, int] | None = None) -> None:
         self._docs = dict(metadata)
         self._sums = checksums
@@ -349,7 +316,7 @@ class ParquetSource:
         if sums is not None and name not in sums:
             return None  # not written: its keys are absent (a stray file there is not read)
         try:
-            data = self.store.cat(name)
+            data = self.store.read(name)
         except FileNotFoundError:
             if sums is not None:
                 raise InvalidReferences(f"{where}: missing, but .zmetadata lists it") from None
@@ -365,7 +332,7 @@ class ParquetSource:
         if self._sums is not None:
             names = {k.rpartition("/")[2] for k in self._sums if k.rpartition("/")[0] == path}
         elif n > LIST_FIRST:
-            names = self.store.names(path)
+            names = self.store.list(path)
         for r in range(n):
             if names is not None and f"refs.{r}.parq" not in names:
                 continue
@@ -412,42 +379,42 @@ class ParquetSource:
         return ChunkTable.from_entries(g, *cols, inline=inline)
 
 
-def _set_aside(store: _Store) -> tuple[_Store, bytes] | None:
+def _set_aside(store: ByteStore) -> tuple[ByteStore, bytes] | None:
     """A set that a killed write left beside the missing directory, read in its place (the next write
     puts it in place): locally the old set renamed aside (``<dir>.refset-old-*``), on an object store
     the new tree that was being copied into place (``<dir>.refset-*.tmp``)."""
-    if store.fs is not None:
-        from refset.io.files import remote_leftovers
+    if isinstance(store, FsspecStore):
+        from refset.io.atomic import remote_leftovers
 
         for t in remote_leftovers(store.fs, store.root):
-            aside = _Store(t, None)
-            aside.fs, aside.root = store.fs, t
+            aside = FsspecStore(store.fs.unstrip_protocol(t), fs=store.fs)
             try:
-                return aside, aside.cat(".zmetadata")
+                return aside, aside.read(".zmetadata")
             except FileNotFoundError:
                 continue
         return None
+    assert isinstance(store, LocalStore)
     if os.path.lexists(store.root):
         return None
-    from refset.io.files import stale_leftovers
+    from refset.io.atomic import stale_leftovers
 
     for old in sorted(stale_leftovers(store.root), key=os.path.getmtime, reverse=True):
         if ".refset-old-" in os.path.basename(old):
-            aside = _Store(old, None)
+            aside = LocalStore(old)
             try:
-                return aside, aside.cat(".zmetadata")
+                return aside, aside.read(".zmetadata")
             except OSError:
                 continue
     return None
 
 
-def _zarr_store_problem(source: str, store: _Store) -> str | None:
+def _zarr_store_problem(source: str, store: ByteStore) -> str | None:
     """What to say when ``source`` (not a parquet reference set) is a zarr store."""
     from refset.formats.registry import zarr_store_problem
 
     def has(name: str) -> bool:
         try:
-            store.cat(name)
+            store.read(name, 0, 1)
             return True
         except (FileNotFoundError, IsADirectoryError):
             return False
@@ -475,9 +442,9 @@ def read_parquet(
     if options:
         raise Unsupported(f"options {sorted(options)} are not used when reading parquet references")
     source = os.fspath(source).rstrip("/")
-    store = _Store(source, storage_options)
+    store = open_store(source, storage_options)
     try:
-        raw = store.cat(".zmetadata")
+        raw = store.read(".zmetadata")
     except FileNotFoundError as e:
         aside = _set_aside(store)
         if aside is None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from refset.errors import InvalidOption, RefsetError, Unsupported
 from refset.formats.parquet.reader import CHECKSUMS, record_name, seal_zmetadata
-from refset.io.files import (
+from refset.io.atomic import (
     crash_point,
     file_mode,
     hold,

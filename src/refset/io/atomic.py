@@ -1,125 +1,18 @@
-"""Bytes in and out: fsspec URLs or local paths, gzip/zstd sniffed from content, atomic writes."""
+"""Writes that never leave a half-written output: a temporary beside the destination, then a rename (an
+object store publishes an upload only when it completes); what a killed write left is recovered or
+removed by the next one. New files get the mode the umask gives."""
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import tempfile
-import zlib
-from collections.abc import Iterator, Mapping
 from typing import Any
 
-from refset.errors import InvalidReferences
 from refset.io.local import is_local, local_path
-from refset.io.magic import GZIP_MAGIC, ZSTD_MAGIC
-from refset.options import DEFAULT_LIMITS
 
-__all__ = ["read_bytes", "write_bytes", "decompress", "compress", "file_mode", "is_local", "local_path",
-           "remote_leftovers", "rm_tree", "reading_options"]
-
-
-_OUT = 1 << 24  # gzip output per step
-_IN = 1 << 20  # gzip input per step
-_ZIN = 1 << 12  # zstd input per step: one 4-byte RLE block can hold 128 KiB, so <= 128 MiB out per step
-
-
-def decompress(data: bytes, name: str = "", limit: int = DEFAULT_LIMITS.decompressed) -> bytes | bytearray:
-    """Undo gzip or zstd compression, recognised by magic bytes (never by name alone). The output is
-    bounded by ``limit`` bytes (``Limits.decompressed``): a bomb ends in
-    InvalidReferences naming ``name`` and the limit before it takes the memory."""
-    if data[:2] == GZIP_MAGIC:
-        return _collect(_gunzip(data), name or "input", "gzip", limit)
-    if data[:4] == ZSTD_MAGIC:
-        return _collect(_unzstd(data), name or "input", "zstd", limit)
-    return data
-
-
-def _collect(chunks: Iterator[bytes], name: str, kind: str, limit: int) -> bytearray:
-    import zstandard
-
-    out = bytearray()
-    try:
-        for chunk in chunks:
-            if len(out) + len(chunk) > limit:
-                raise InvalidReferences(
-                    f"{name}: {kind} data expands to more than {limit} bytes, the decompression limit "
-                    "(limits=refset.Limits(decompressed=...) allows more)"
-                )
-            out += chunk
-    except MemoryError:
-        n = len(out)
-        del out
-        raise InvalidReferences(f"{name}: out of memory decompressing {kind} data after {n} bytes") from None
-    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
-        raise InvalidReferences(f"{name}: corrupt {kind} data ({e})") from e
-    return out
-
-
-def _gunzip(data: bytes) -> Iterator[bytes]:
-    """Every gzip member of ``data`` in chunks of at most ``_OUT`` bytes (trailing zeros allowed)."""
-    mv = memoryview(data)
-    pos, pending = 0, b""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    while True:
-        if not pending:
-            if pos >= len(mv):
-                break
-            pending = mv[pos : pos + _IN]
-            pos += len(pending)
-        out = d.decompress(pending, _OUT)
-        pending = d.unconsumed_tail
-        if out:
-            yield out
-        if d.eof:
-            rest = d.unused_data
-            if len(rest) < 2 and pos < len(mv):
-                extra = bytes(mv[pos : pos + 2 - len(rest)])
-                pos += len(extra)
-                rest += extra
-            if rest[:2] == GZIP_MAGIC:
-                d, pending = zlib.decompressobj(16 + zlib.MAX_WBITS), rest
-                continue
-            if rest.strip(b"\0") or bytes(mv[pos:]).strip(b"\0"):
-                raise OSError("trailing data after the last gzip member")
-            return
-    if not d.eof:
-        raise EOFError("compressed data ended before the end-of-stream marker")
-
-
-def _unzstd(data: bytes) -> Iterator[bytes]:
-    """Every zstd frame of ``data`` (zstd's CLI and multi-threaded writers concatenate frames), with
-    content checksums verified where the frames hold them; a truncated frame is an error."""
-    import zstandard
-
-    dctx = zstandard.ZstdDecompressor()
-    mv = memoryview(data)
-    d, fed = dctx.decompressobj(), False
-    for pos in range(0, len(mv), _ZIN):
-        piece: bytes | memoryview = mv[pos : pos + _ZIN]
-        while piece:
-            out = d.decompress(piece)
-            fed = True
-            if out:
-                yield out
-            piece = b""
-            if d.eof:
-                piece = d.unused_data
-                d, fed = dctx.decompressobj(), False
-    if fed:
-        raise EOFError("truncated zstd frame")
-
-
-def compress(data: bytes, dest: str) -> bytes:
-    """Compress by the destination's suffix (any case): ``.gz`` gzip, ``.zst``/``.zstd`` zstd."""
-    dest = dest.lower()
-    if dest.endswith(".gz"):
-        return gzip.compress(data, compresslevel=6, mtime=0)
-    if dest.endswith((".zst", ".zstd")):
-        import zstandard
-
-        return zstandard.ZstdCompressor(level=9, write_checksum=True).compress(data)
-    return data
+__all__ = ["write_bytes", "file_mode", "temp_prefix", "hold", "stale_leftovers", "recover_local",
+           "remote_leftovers", "rm_tree", "crash_point", "STALE_AFTER"]
 
 
 def _umask() -> int:
@@ -139,36 +32,6 @@ def _umask() -> int:
 def file_mode(directory: bool = False) -> int:
     """The mode a new file (or directory) gets from open()/mkdir() under the current umask."""
     return (0o777 if directory else 0o666) & ~_umask()
-
-
-def reading_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """fsspec options to read a reference set at ``url``: over HTTP without the client's own
-    decompression (``Content-Encoding: gzip`` bodies reach :func:`decompress`, which bounds them),
-    unless the caller chose otherwise."""
-    so = dict(storage_options or {})
-    if url.startswith(("http://", "https://")):
-        ck = dict(so.get("client_kwargs") or {})
-        ck.setdefault("auto_decompress", False)
-        so["client_kwargs"] = ck
-    return so
-
-
-def read_bytes(path: str, storage_options: dict[str, Any] | None = None) -> bytes:
-    """The content at ``path``; a large local file is memory-mapped (no copy, read on demand)."""
-    if is_local(path, storage_options):
-        with open(local_path(os.fspath(path)), "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size >= 1 << 22:
-                import mmap
-
-                # MAP_POPULATE: map the whole file at once instead of one page fault per 4 KiB
-                flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-                return mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ)  # type: ignore[return-value]
-            return f.read()
-    import fsspec
-
-    with fsspec.open(path, "rb", **reading_options(path, storage_options)) as f:
-        return f.read()
 
 
 def crash_point(name: str) -> None:
