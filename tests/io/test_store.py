@@ -40,7 +40,7 @@ def test_stores_read_what_they_are_asked(tmp_path: Path) -> None:
         assert store.read("", 10, 14) == bytes([10, 11, 12, 13])
         assert store.read("", 250, 300) == bytes(range(250, 256))  # fewer at the end, never more
         assert store.read_ranges("", [0, 100], [2, 103]) == [b"\x00\x01", bytes([100, 101, 102])]
-        with pytest.raises(OSError, match="short read at byte 250"):
+        with pytest.raises(OSError, match=r"(short read at byte 250|asked for bytes 250-260 \(10\), got 6)"):
             store.read_ranges("", [250], [260])
         assert store.size() == 256 and store.exists() and not store.isdir()
     directory = open_store(str(tmp_path))
