@@ -407,9 +407,9 @@ def _scan_output(src: str, out: str, many: bool, fmt: str | None) -> str:
     """OUT itself for one file; for several, ``OUT/<file name>.<suffix of the format>``."""
     if not many and not out.endswith("/"):
         return out
-    from refset.formats.registry import FORMATS
+    from refset.formats.registry import forms
 
-    suffix = {"v1": ".json", "json": ".json"}.get(fmt or "json") or FORMATS[fmt or "json"].suffixes[0]
+    suffix = {"v1": ".json", "json": ".json"}.get(fmt or "json") or forms()[fmt or "json"].suffixes[0]
     name = src.rstrip("/").rsplit("/", 1)[-1]
     return os.path.join(out, name + suffix)
 
@@ -719,7 +719,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"refset {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
-    from refset.formats.registry import FORMATS
+    from refset.formats.registry import forms
     from refset.scan import INLINE_THRESHOLD
 
     s = sub.add_parser("scan", help="reference NetCDF4/HDF5/NetCDF3 files",
@@ -729,7 +729,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+", metavar="FILE")
     s.add_argument("-o", "--output", required=True, metavar="OUT", action=_OutputOnce,
                    help="output file (one FILE) or directory (several, or OUT ending in /)")
-    s.add_argument("--format", choices=list(FORMATS), help="output format (default: from OUT's "
+    s.add_argument("--format", choices=list(forms()), help="output format (default: from OUT's "
                    "suffix, JSON when it has none)")
     s.add_argument("--inline-threshold", type=int, default=INLINE_THRESHOLD, metavar="BYTES",
                    help=f"store chunks smaller than this in the set (default {INLINE_THRESHOLD})")
@@ -749,7 +749,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Inputs may be globs or @list.txt (one per line).")
     s.add_argument("inputs", nargs="+", metavar="INPUT")
     s.add_argument("-o", "--output", required=True, metavar="OUT", action=_OutputOnce, help="output set")
-    s.add_argument("--format", choices=list(FORMATS), help="output format (default: from OUT's suffix)")
+    s.add_argument("--format", choices=list(forms()), help="output format (default: from OUT's suffix)")
     _read_options(s, "the INPUTs")
     s.add_argument("-O", "--option", action="append", metavar="NAME=VALUE", help="writer option")
     _combine_options(s, required=True)
@@ -785,8 +785,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("input", metavar="IN")
     out = s.add_argument("output", metavar="OUT", nargs="?")  # required: missing, said in cmd_convert's words
     out.shown_required = True  # type: ignore[attr-defined]
-    s.add_argument("--format", choices=list(FORMATS),
-                   help="; ".join(f"{f.name} = {f.description}" for f in FORMATS.values()))
+    s.add_argument("--format", choices=list(forms()),
+                   help="; ".join(f"{f.name} = {f.description}" for f in forms().values()))
     s.add_argument("-O", "-o", "--option", action="append", metavar="NAME=VALUE",
                    help="writer option, e.g. -O record_size=100000 (repeatable; -o as well)")
     s.add_argument("--rename", action="append", metavar="OLD=NEW",

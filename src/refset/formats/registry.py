@@ -7,27 +7,26 @@ module stays light (``import refset`` loads no pyarrow, zarr or jinja2).
 
 from __future__ import annotations
 
+import functools
 import glob
-import importlib
 import os
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from refset.abc.format import StoredForm
 from refset.errors import InvalidOption, InvalidReferences, Unsupported
 from refset.io.local import is_local, local_path
 from refset.io.magic import (
-    GZIP_MAGIC,
     PACKED_MAGIC,
     PARQUET_MAGIC,
     ZARR_STORE_FILES,
-    ZSTD_MAGIC,
     data_format,
     file_reader,
     starts_like_refs,
 )
 
-__all__ = ["Option", "FormatSpec", "FORMATS", "by_name", "for_dest", "detect", "looks_like_refs",
+__all__ = ["FORMATS", "forms", "by_name", "for_dest", "detect", "looks_like_refs", "ENTRY_POINTS",
            "detect_with_head", "HEAD_SIZE", "COMPRESSION_SUFFIXES"]
 
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
@@ -76,168 +75,47 @@ def zarr_store_problem(source: str, has: Callable[[str], bool]) -> str | None:
             ".zmetadata holding record_size, or packed)")
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One writer option: its name, type and allowed values, checked by ``save`` and the CLI alike."""
-
-    name: str
-    kind: type  # int, float, bool or str
-    help: str
-    minimum: float | None = None
-    maximum: float | None = None
-    choices: tuple[str, ...] = ()
-    none_ok: bool = False  # None (``none`` on the command line) means the writer's default
-
-    def allowed(self) -> str:
-        """What the option takes, in words."""
-        if self.kind is bool:
-            text = "true or false"
-        elif self.choices:
-            text = "one of " + ", ".join(self.choices)
-        else:
-            what = "an integer" if self.kind is int else "a number"
-            if self.minimum is not None and self.maximum is not None:
-                text = f"{what} from {self.minimum:g} to {self.maximum:g}"
-            elif self.minimum is not None:
-                text = f"{what} >= {self.minimum:g}"
-            else:
-                text = what
-        return text + (" (or none)" if self.none_ok else "")
-
-    def check(self, value: Any, fmt: str) -> Any:
-        """``value`` when allowed, else :class:`~refset.errors.InvalidOption` naming option, value and
-        what is allowed."""
-        if value is None and self.none_ok:
-            return None
-        ok = False
-        if self.kind is bool:
-            ok = isinstance(value, bool)
-        elif self.kind is str:
-            ok = isinstance(value, str) and value in self.choices
-        elif self.kind is int:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif self.kind is float:
-            ok = isinstance(value, int | float) and not isinstance(value, bool) and value == value
-        if ok and self.kind in (int, float):
-            ok = ((self.minimum is None or value >= self.minimum)
-                  and (self.maximum is None or value <= self.maximum))
-        if not ok:
-            raise InvalidOption(f"{fmt} option {self.name}={value!r}: expected {self.allowed()}")
-        return value
-
-    def parse(self, text: str, fmt: str) -> Any:
-        """The value of command-line text ``text`` (``true``/``false``, numbers, ``none``), checked."""
-        t = text.strip().lower()
-        value: Any = text
-        if self.none_ok and t in ("none", "null"):
-            return None
-        if self.kind is bool:
-            value = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}.get(t, text)
-        elif self.kind is str:
-            value = t
-        else:
-            try:
-                value = self.kind(t)
-            except ValueError:
-                pass
-        return self.check(value, fmt)
+#: The entry-point group other packages add stored forms to (``name = "package.module:FormClass"``).
+ENTRY_POINTS = "refset.formats"
 
 
-@dataclass(frozen=True, slots=True)
-class FormatSpec:
-    """One stored form of a reference set."""
+def _builtin() -> dict[str, StoredForm]:
+    from refset.formats.json import JsonForm, JsonV1Form
+    from refset.formats.packed import PackedForm
+    from refset.formats.parquet import ParquetForm
 
-    name: str
-    description: str
-    reader: str | None  # "module:function" returning a Source
-    writer: str | None  # "module:function" writing a ReferenceSet
-    suffixes: tuple[str, ...]
-    magic: tuple[bytes, ...] = ()
-    directory: bool = False
-    options: tuple[Option, ...] = ()  # writer options
-
-    def check_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        """``options`` for this format's writer, each checked; :class:`~refset.errors.InvalidOption`
-        names an unknown option or a value outside what the option allows."""
-        known = {o.name: o for o in self.options}
-        out = {}
-        for name, value in options.items():
-            if name not in known:
-                raise InvalidOption(f"format {self.name!r} has no option {name!r}; {self.takes()}")
-            out[name] = known[name].check(value, self.name)
-        return out
-
-    def parse_options(self, items: Iterable[str]) -> dict[str, Any]:
-        """Command-line ``NAME=VALUE`` items, parsed and checked (see :meth:`check_options`)."""
-        known = {o.name: o for o in self.options}
-        out = {}
-        for item in items:
-            name, sep, text = item.partition("=")
-            name = name.strip()
-            if name not in known:
-                raise InvalidOption(f"format {self.name!r} has no option {name!r}; {self.takes()}")
-            if not sep:
-                raise InvalidOption(f"{self.name} option {item!r}: expected {name}=VALUE, VALUE "
-                                    f"{known[name].allowed()}")
-            out[name] = known[name].parse(text, self.name)
-        return out
-
-    def takes(self) -> str:
-        """The options this format's writer takes, in words."""
-        if not self.options:
-            return "it takes no options"
-        return "it takes: " + "; ".join(f"{o.name} ({o.allowed()})" for o in self.options)
-
-    def _fn(self, ref: str | None, what: str) -> Any:
-        if ref is None:
-            raise Unsupported(f"format {self.name!r} cannot be {what}")
-        mod, _, fn = ref.partition(":")
-        return getattr(importlib.import_module(mod), fn)
-
-    def read(self, source: str, *, storage_options: Mapping[str, Any] | None = None,
-             head: bytes | None = None, **options: Any) -> Any:
-        """The :class:`~refset.abc.source.Source` of ``source``; ``head``: its first bytes when already
-        read (detection), which the reader uses instead of reading them again."""
-        return self._fn(self.reader, "read")(source, storage_options=storage_options, head=head,
-                                             **options)
-
-    def write(self, rs: Any, dest: str, *, storage_options: Mapping[str, Any] | None = None,
-              **options: Any) -> None:
-        self._fn(self.writer, "written")(rs, dest, storage_options=storage_options, **options)
+    return {f.name: f for f in (JsonForm(), JsonV1Form(), ParquetForm(), PackedForm())}
 
 
-_F = "refset.formats."
-FORMATS: dict[str, FormatSpec] = {
-    f.name: f for f in (
-        FormatSpec("json", "Version 0 JSON (.gz/.zst compress)", _F + "json.read:read_json",
-                   _F + "json.v0:write_json", (".json",), (b"{", GZIP_MAGIC, ZSTD_MAGIC)),
-        FormatSpec("v1", "Version 1 JSON with templates (gen=True: and gen)", _F + "json.read:read_json",
-                   _F + "json.v1_writer:write_v1", (".v1.json",),
-                   options=(Option("gen", bool, "add gen entries for regular runs of chunks"),)),
-        FormatSpec("parquet", "fsspec's parquet layout (a directory)", _F + "parquet.reader:read_parquet",
-                   _F + "parquet.writer:write_parquet", (".parq", ".parquet"), directory=True,
-                   options=(
-                       Option("record_size", int, "chunks per record file", minimum=1),
-                       Option("categorical_threshold", float, "dictionary-encode paths above this many "
-                              "rows per unique path", minimum=0),
-                       Option("pad", bool, "pad each array's last record to record_size rows"),
-                       Option("compression", str, "parquet codec",
-                              choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none")),
-                       Option("compression_level", int, "codec level (zstd 1-22, gzip 1-9, brotli 0-11)",
-                              minimum=0, maximum=22, none_ok=True),
-                   )),
-        FormatSpec("packed", "refset's packed binary form", _F + "packed.file:read_packed",
-                   _F + "packed.file:write_packed", (".packed", ".refs", ".rfs"), (PACKED_MAGIC,),
-                   options=(Option("level", int, "zstd level of every block", minimum=1, maximum=22),
-                            Option("segment_chunks", int, "chunk-grid cells per segment", minimum=1))),
-    )
-}
+#: The built-in stored forms by name (:func:`forms` adds the installed ones).
+FORMATS: dict[str, StoredForm] = _builtin()
 
 
-def by_name(name: str) -> FormatSpec:
-    spec = FORMATS.get(name)
+@functools.cache
+def forms() -> dict[str, StoredForm]:
+    """Every stored form by name: the built-in ones, then those installed under :data:`ENTRY_POINTS`
+    (one that fails to load is left out with a warning, as xarray treats its backends)."""
+    out = dict(FORMATS)
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINTS):
+        try:
+            cls = ep.load()
+            if not (isinstance(cls, type) and issubclass(cls, StoredForm)):
+                raise TypeError("not a refset.abc.format.StoredForm subclass")
+            form = cls()
+        except Exception as e:
+            warnings.warn(f"refset: stored form {ep.name!r} ({ep.value}) could not be loaded: {e}",
+                          RuntimeWarning, stacklevel=2)
+            continue
+        out.setdefault(form.name, form)
+    return out
+
+
+def by_name(name: str) -> StoredForm:
+    spec = forms().get(name)
     if spec is None:
-        raise Unsupported(f"format: unknown format {name!r}, expected one of {', '.join(FORMATS)}")
+        raise Unsupported(f"format: unknown format {name!r}, expected one of {', '.join(forms())}")
     return spec
 
 
@@ -248,19 +126,19 @@ def _strip_compression(name: str) -> str:
     return name
 
 
-def for_dest(dest: str, *, strict: bool = False) -> FormatSpec:
+def for_dest(dest: str, *, strict: bool = False) -> StoredForm:
     """The format a destination's name asks for (JSON Version 0 when nothing matches).
 
     ``strict`` (the command line): a name whose suffix no format knows (``out.xyz``) raises
     :class:`InvalidOption` naming the known suffixes; a name without a suffix is still JSON.
     """
     name = _strip_compression(dest.rstrip("/")).lower()  # suffixes in any case: OUT.JSON
-    matches = [(len(x), spec) for spec in FORMATS.values() for x in spec.suffixes if name.endswith(x)]
+    matches = [(len(x), spec) for spec in forms().values() for x in spec.suffixes if name.endswith(x)]
     if matches:  # the longest suffix: out.v1.json is Version 1
         return max(matches, key=lambda m: m[0])[1]
     suffix = os.path.splitext(os.path.basename(name))[1]
     if strict and suffix and not dest.endswith("/"):
-        known = ", ".join(s for spec in FORMATS.values() for s in spec.suffixes)
+        known = ", ".join(s for spec in forms().values() for s in spec.suffixes)
         raise InvalidOption(f"output {dest!r}: unknown suffix {suffix!r}; known suffixes: {known} "
                           f"(JSON may end in {' or '.join(COMPRESSION_SUFFIXES)} too)")
     return FORMATS["json"]
@@ -269,7 +147,7 @@ def for_dest(dest: str, *, strict: bool = False) -> FormatSpec:
 def looks_like_refs(name: str) -> bool:
     """Whether a path names a reference set by its suffix, or (local files) by its magic bytes."""
     stripped = _strip_compression(name.rstrip("/"))
-    if any(stripped.endswith(s.suffixes) for s in FORMATS.values()):
+    if any(stripped.endswith(s.suffixes) for s in forms().values()):
         return True
     if "://" not in name and os.path.isfile(name):
         try:
@@ -287,7 +165,7 @@ def _local(source: str, storage_options: Mapping[str, Any] | None) -> str | None
 HEAD_SIZE = 1 << 16  # bytes read to detect a remote format; the reader starts from them
 
 
-def detect(source: str, storage_options: Mapping[str, Any] | None = None) -> FormatSpec:
+def detect(source: str, storage_options: Mapping[str, Any] | None = None) -> StoredForm:
     """The format of the reference set at ``source``, from its content (not its name).
 
     A directory holding ``.zmetadata`` is parquet. Remotely, where directories may not be listable
@@ -298,7 +176,7 @@ def detect(source: str, storage_options: Mapping[str, Any] | None = None) -> For
 
 
 def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = None
-                     ) -> tuple[FormatSpec, bytes | None]:
+                     ) -> tuple[StoredForm, bytes | None]:
     """:func:`detect`, and for a remote file its first ``HEAD_SIZE`` bytes (all of it when shorter),
     which the reader takes instead of asking for them again."""
     if source.rstrip("/").rsplit("/", 1)[-1] == ".zmetadata":
