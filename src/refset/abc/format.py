@@ -105,6 +105,11 @@ class StoredForm(ABC):
         A set of this form is a directory of files, not one file.
     zarr_v3
         It holds arrays with zarr v3 metadata (``zarr.json``).
+    other_keys
+        It holds keys outside any array (plain key/value sets, non-canonical chunk keys, references
+        of metadata stored in files), not only zarr metadata and chunks.
+    verbatim_metadata
+        It keeps metadata documents byte for byte (else as parsed JSON, written again compactly).
     parts
         It holds variables made of parts (see docs/formats.md); no form does yet.
     options
@@ -117,6 +122,8 @@ class StoredForm(ABC):
     magic: ClassVar[tuple[bytes, ...]] = ()
     directory: ClassVar[bool] = False
     zarr_v3: ClassVar[bool] = True
+    other_keys: ClassVar[bool] = True
+    verbatim_metadata: ClassVar[bool] = True
     parts: ClassVar[bool] = False
     options: ClassVar[tuple[Option, ...]] = ()
 

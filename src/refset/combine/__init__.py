@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from refset.abc.scanner import HEAD
 from refset.combine.coords import coordinates
 from refset.combine.placement import Combiner
 from refset.errors import InvalidReferences
@@ -240,25 +241,25 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
 
 
 def _is_data_file(url: str, so: Mapping[str, Any]) -> bool:
-    """NetCDF/HDF5 by magic bytes (an HDF5 user block too)."""
-    from refset.io.local import is_local, local_path
-    from refset.io.magic import data_format, file_reader, is_data_file, starts_like_refs
+    """Whether a scanner reads the file at ``url`` (told by its content: an HDF5 user block too);
+    one that starts like a reference set is not probed further."""
+    from refset.io.magic import file_reader, starts_like_refs
+    from refset.io.store import LocalStore, open_store
+    from refset.scan.registry import scanner_for
 
-    if is_local(url, so):  # the common case, without fsspec's per-call cost
-        local = local_path(url)
-        if os.path.isdir(local):
+    store = open_store(url, so)
+    if isinstance(store, LocalStore):  # the common case, without fsspec's per-call cost
+        if os.path.isdir(store.root):
             return False
-        with open(local, "rb") as fh:
-            return is_data_file(file_reader(fh), os.fstat(fh.fileno()).st_size)
-    import fsspec.core  # not imported for local files: it costs ~0.15 s
-
-    fs, path = fsspec.core.url_to_fs(url, **so)
-    if fs.isdir(path):
+        with open(store.root, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            read_at = file_reader(fh)
+            return not starts_like_refs(read_at(0, 16)) and scanner_for(read_at, size) is not None
+    if store.isdir():
         return False
-    head = bytes(fs.cat_file(path, start=0, end=16))
-    if data_format(lambda offset, n: head[offset:offset + n], len(head)) is not None:
-        return True
+    head, size = store.read_sized("", 0, HEAD)
     if len(head) < 16 or starts_like_refs(head):
         return False
-    with fs.open(path, "rb") as f:  # perhaps an HDF5 user block: the superblock at 512, 1024, ...
-        return is_data_file(file_reader(f), fs.size(path))
+    if size is None:
+        size = store.size()
+    return scanner_for(lambda o, n: head[o:o + n] if o + n <= len(head) else store.read("", o, o + n), size) is not None

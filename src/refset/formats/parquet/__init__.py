@@ -24,6 +24,8 @@ class ParquetForm(StoredForm):
     suffixes: ClassVar[tuple[str, ...]] = (".parq", ".parquet")
     directory: ClassVar[bool] = True
     zarr_v3: ClassVar[bool] = False  # fsspec's layout holds zarr v2 metadata only
+    other_keys: ClassVar[bool] = False  # and chunk keys of arrays: a key must fall in a record
+    verbatim_metadata: ClassVar[bool] = False  # .zmetadata holds parsed documents, as fsspec writes it
     options: ClassVar[tuple[Option, ...]] = (
         Option("record_size", int, "chunks per record file", minimum=1),
         Option("categorical_threshold", float, "dictionary-encode paths above this many rows per unique path",
