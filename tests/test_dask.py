@@ -58,8 +58,14 @@ def test_sets_stores_and_filesystems_pickle_by_what_reopens_them(stored, fmt):
         blob = pickle.dumps(obj)
         assert len(blob) < 2000
         again = pickle.loads(blob)
-        again_fs = again if isinstance(again, refset.ReferenceFileSystem) else again.fs
-        assert again_fs.cat_file("v/3.1.2") == fs.cat_file("v/3.1.2")
+        if isinstance(again, refset.ReferenceFileSystem):
+            assert again.cat_file("v/3.1.2") == fs.cat_file("v/3.1.2")
+        else:  # the store reads the same bytes through the zarr API
+            from zarr.core.buffer import default_buffer_prototype
+            from zarr.core.sync import sync
+
+            got = sync(again.get("v/3.1.2", default_buffer_prototype()))
+            assert got is not None and got.to_bytes() == fs.cat_file("v/3.1.2")
     assert pickle.loads(pickle.dumps(fs)).targets.remote_options == {"anon": True}
 
 

@@ -405,3 +405,27 @@ def test_references_are_looked_up_not_copied() -> None:
     tracemalloc.stop()
     assert first == [".zgroup", "v/.zarray", "v/0", "v/1"]
     assert peak < 20 * 2**20, peak  # a dict of a million keys and lists takes hundreds of MB
+
+
+def test_fsspec_behaviours_kerchunk_relies_on(tmp_path) -> None:
+    """What fsspec's tests and kerchunk's helpers expect of a reference filesystem: sync calls on an
+    ``asynchronous=True`` instance (kerchunk's ``refs_as_fs``) work on fsspec's loop; ``cat`` of one
+    unreachable key with ``on_error="return"`` gives the error, with ``"omit"`` nothing; options given
+    as JSON text are read; listing is answered by the async primitives alone."""
+    from refset.errors import InvalidOption, ReferenceNotReachable
+
+    data = tmp_path / "d.bin"
+    data.write_bytes(bytes(range(50)))
+    refs = {"a": [str(data), 10, 5], "gone": [str(tmp_path / "missing.bin"), 0, 4], "dir/x": "text"}
+    fs = refset.ReferenceFileSystem(refs, asynchronous=True)
+    assert fs.cat("a") == bytes(range(10, 15)) and fs.ls("dir", detail=False) == ["dir/x"]
+    assert fs.info("a")["size"] == 5 and fs.isdir("dir") and fs.exists("dir/x") and not fs.exists("b")
+    plain = refset.ReferenceFileSystem(refs, remote_options='{"auto_mkdir": false}')
+    assert isinstance(plain.cat("gone", on_error="return"), ReferenceNotReachable)
+    assert plain.cat("gone", on_error="omit") == {}
+    with pytest.raises(ReferenceNotReachable):
+        plain.cat("gone")
+    assert plain.cat(["a", "gone"], on_error="omit") == {"a": bytes(range(10, 15))}
+    with pytest.raises(InvalidOption, match="remote_options: a JSON object"):
+        refset.ReferenceFileSystem(refs, remote_options="not json")
+    assert sorted(plain.find("")) == ["a", "dir/x", "gone"]

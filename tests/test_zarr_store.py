@@ -115,7 +115,7 @@ def test_read_only(ncdir) -> None:
     assert st.read_only and not st.supports_writes and st.supports_listing
     with pytest.raises(ValueError):
         asyncio.run(st.set("k", default_buffer_prototype().buffer.from_bytes(b"x")))
-    assert st == ZarrStore(st.fs) and st.with_read_only(True) == st
+    assert st == ZarrStore(st.engine) and st.with_read_only(True) == st
 
 
 def test_concurrent_gets_are_coalesced_over_http(tmp_path) -> None:

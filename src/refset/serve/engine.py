@@ -10,17 +10,29 @@ grouped by target, merged and fetched concurrently (:mod:`refset.io.fetch`). Fai
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
 
 from refset.abc.source import NOT_LOADED
 from refset.errors import ReferenceNotReachable, ShortRead
-from refset.io.fetch import RangeReader, Targets, read_range
+from refset.io.fetch import (
+    DEFAULT_MAX_BLOCK,
+    DEFAULT_MAX_GAP,
+    DEFAULT_MAX_INFLIGHT,
+    DEFAULT_TIMEOUT,
+    RETRIES,
+    RangeReader,
+    Targets,
+    acall,
+    read_range,
+)
 from refset.model.keys import chunk_keys
 from refset.model.refset import ReferenceSet
 from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable, Ref
+from refset.options import Limits
 
 __all__ = ["ReadEngine", "clamp", "off_loop"]
 
@@ -30,6 +42,23 @@ T = TypeVar("T")
 async def off_loop(fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` in a worker thread: sync work that may block, called from async code."""
     return await asyncio.to_thread(fn, *args)
+
+
+def _load(fo: Any, target_protocol: str | None, storage_options: Mapping[str, Any] | None,
+          template_overrides: Mapping[str, str] | None, limits: Limits | None) -> ReferenceSet:
+    if isinstance(fo, ReferenceSet):
+        return fo
+    from refset.formats import load
+
+    opts: dict[str, Any] = {}
+    if template_overrides:
+        opts["template_overrides"] = dict(template_overrides)
+    if isinstance(fo, str | os.PathLike):
+        fo = os.fspath(fo)
+        if target_protocol and "://" not in fo and target_protocol not in ("file", "local"):
+            fo = f"{target_protocol}://{fo}"
+    # chunk tables of a large JSON set are read on first use: opening needs only the metadata
+    return load(fo, storage_options=dict(storage_options or {}) or None, lazy=True, limits=limits, **opts)
 
 
 def clamp(length: int, start: int | None, end: int | None) -> tuple[int, int]:
@@ -43,12 +72,59 @@ def clamp(length: int, start: int | None, end: int | None) -> tuple[int, int]:
 
 
 class ReadEngine:
-    """Bytes of the references of one set, read through ``targets`` with ``reader``'s plan."""
+    """Bytes of the references of one set, read through ``targets`` with ``reader``'s plan, and its keys
+    as a tree (``index``). The fsspec, zarr and xarray adapters stand side by side over one."""
 
     def __init__(self, refs: ReferenceSet, targets: Targets, reader: RangeReader) -> None:
+        from refset.serve.listing import KeyIndex
+
         self.refs = refs
         self.targets = targets
         self.reader = reader
+        self.index = KeyIndex(refs)
+
+    @classmethod
+    def open(
+        cls,
+        fo: Any,
+        *,
+        target_protocol: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        template_overrides: Mapping[str, str] | None = None,
+        limits: Limits | None = None,
+        remote_protocol: str | None = None,
+        remote_options: Mapping[str, Any] | None = None,
+        fs: Any = None,
+        max_gap: int | None = None,
+        max_block: int | None = None,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        retries: int = RETRIES,
+    ) -> ReadEngine:
+        """The engine of the set ``fo`` (anything :func:`refset.load` takes; a path is loaded lazily,
+        with ``storage_options``, prefixed by ``target_protocol`` when it has none), reading its
+        targets with these options (see :class:`refset.ReferenceFileSystem`)."""
+        refs = _load(fo, target_protocol, storage_options, template_overrides, limits)
+        targets = Targets(remote_protocol=remote_protocol, remote_options=remote_options, fs=fs,
+                          timeout=timeout, retries=retries)
+        reader = RangeReader(targets, max_gap=DEFAULT_MAX_GAP if max_gap is None else max_gap,
+                             max_block=DEFAULT_MAX_BLOCK if max_block is None else max_block,
+                             max_inflight=max_inflight)
+        return cls(refs, targets, reader)
+
+    async def size(self, key: str, ref: Ref) -> int:
+        """The size of the bytes of ``key`` (its reference ``ref``); a whole file's is asked of its
+        filesystem."""
+        if isinstance(ref, bytes):
+            return len(ref)
+        if len(ref) == 3:
+            return int(ref[2])  # type: ignore[misc]
+        url = ref[0]
+        try:
+            remote = await acall(self.targets.for_url(url), "info", url)
+        except Exception as e:
+            raise ReferenceNotReachable.wrap(key, url, e) from e
+        return int(remote["size"])
 
     # -- lookups ------------------------------------------------------------------------------------
     async def ref(self, key: str) -> Ref | None:

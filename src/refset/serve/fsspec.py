@@ -18,45 +18,20 @@ from fsspec.asyn import AsyncFileSystem
 from fsspec.spec import AbstractBufferedFile
 
 from refset.abc.source import NOT_LOADED
-from refset.errors import ReferenceNotReachable
-from refset.formats import load
 from refset.io.fetch import (
     DEFAULT_MAX_BLOCK,
     DEFAULT_MAX_GAP,
     DEFAULT_MAX_INFLIGHT,
     DEFAULT_TIMEOUT,
     RETRIES,
-    RangeReader,
-    Targets,
-    acall,
 )
 from refset.model.refset import ReferenceSet
 from refset.model.table import Ref
 from refset.options import Limits
 from refset.serve.engine import ReadEngine, off_loop
-from refset.serve.listing import KeyIndex, entry, info_of
+from refset.serve.listing import entry, info_of
 
 __all__ = ["ReferenceFileSystem", "FsspecReferences"]
-
-
-def _load_fo(
-    fo: Any,
-    target_protocol: str | None,
-    storage_options: Mapping[str, Any] | None,
-    template_overrides: Mapping[str, str] | None,
-    limits: Limits | None = None,
-) -> ReferenceSet:
-    if isinstance(fo, ReferenceSet):
-        return fo
-    opts: dict[str, Any] = {}
-    if template_overrides:
-        opts["template_overrides"] = dict(template_overrides)
-    if isinstance(fo, (str, os.PathLike)):
-        fo = os.fspath(fo)
-        if target_protocol and "://" not in fo and target_protocol not in ("file", "local"):
-            fo = f"{target_protocol}://{fo}"
-    # chunk tables of a large JSON set are read on first use: opening needs only the metadata
-    return load(fo, storage_options=dict(storage_options or {}) or None, lazy=True, limits=limits, **opts)
 
 
 class FsspecReferences(Mapping[str, bytes | list[Any]]):
@@ -153,20 +128,32 @@ class ReferenceFileSystem(AsyncFileSystem):
         limits: Limits | None = None,
         **kwargs: Any,
     ) -> None:
+        if isinstance(remote_options, str):  # what a JSON-configured caller may pass: parsed here
+            remote_options = _parsed_options(remote_options, "remote_options")
+        if isinstance(target_options, str):
+            target_options = _parsed_options(target_options, "target_options")
         super().__init__(**kwargs)
         self.target = target
-        self.refs = _load_fo(fo, target_protocol, target_options or ref_storage_args, template_overrides,
-                             limits)
-        self.index = KeyIndex(self.refs)
-        self.targets = Targets(remote_protocol=remote_protocol, remote_options=remote_options, fs=fs,
-                               timeout=timeout, retries=retries)
-        self.reader = RangeReader(
-            self.targets,
-            max_gap=DEFAULT_MAX_GAP if max_gap is None else max_gap,
-            max_block=DEFAULT_MAX_BLOCK if max_block is None else max_block,
-            max_inflight=max_inflight,
-        )
-        self.engine = ReadEngine(self.refs, self.targets, self.reader)
+        self.engine = ReadEngine.open(
+            fo, target_protocol=target_protocol, storage_options=target_options or ref_storage_args,
+            template_overrides=template_overrides, limits=limits, remote_protocol=remote_protocol,
+            remote_options=remote_options, fs=fs, max_gap=max_gap, max_block=max_block,
+            max_inflight=max_inflight, timeout=timeout, retries=retries)
+        self.refs = self.engine.refs
+        self.index = self.engine.index
+        self.targets = self.engine.targets
+        self.reader = self.engine.reader
+
+    @property
+    def loop(self) -> Any:
+        """The event loop sync calls run on: the instance's own, or, for an ``asynchronous=True``
+        instance called synchronously (as kerchunk's ``refs_as_fs`` does), fsspec's IO loop."""
+        own = getattr(self, "_loop", None)
+        if own is None or own.is_closed():
+            from fsspec.asyn import get_loop
+
+            return get_loop()
+        return own
 
     @property
     def references(self) -> Mapping[str, bytes | list[Any]]:
@@ -256,7 +243,10 @@ class ReferenceFileSystem(AsyncFileSystem):
     ) -> bytes | dict[str, bytes | BaseException]:
         single = isinstance(path, str) and not recursive and not _has_magic(path)
         if isinstance(path, str) and single:
-            return await self._cat_file(path)
+            if on_error == "raise":
+                return await self._cat_file(path)
+            got = await self._cat([path], on_error=on_error)  # the error in its place, or nothing
+            return got.get(path, {}) if isinstance(got, dict) else got  # type: ignore[return-value]
         if recursive or (isinstance(path, str) and _has_magic(path)) or any(map(_has_magic, path)):
             paths = await self._expand_path(path, recursive=recursive)
             found = await self._refs([self._strip_protocol(p) for p in paths])
@@ -274,6 +264,16 @@ class ReferenceFileSystem(AsyncFileSystem):
             out[p] = d
         return out
 
+    def cat(self, path: str | list[str], recursive: bool = False, on_error: str = "raise",
+            **kwargs: Any) -> Any:
+        """fsspec's ``cat``. One key that cannot be read, with ``on_error="return"``, gives its error
+        (as fsspec's reference filesystem does; fsspec's sync bridge would raise an error returned by
+        :meth:`_cat`), with ``"omit"`` an empty dict."""
+        if isinstance(path, str) and on_error != "raise" and not recursive and not _has_magic(path):
+            got = self._sync(self._cat([path], on_error=on_error, **kwargs))
+            return got.get(path, {})
+        return self._sync(self._cat(path, recursive=recursive, on_error=on_error, **kwargs))
+
     async def _get_file(self, rpath: str, lpath: str, **kwargs: Any) -> None:
         if await off_loop(self.index.isdir, self._strip_protocol(rpath)):
             os.makedirs(lpath, exist_ok=True)
@@ -290,34 +290,18 @@ class ReferenceFileSystem(AsyncFileSystem):
         if ref is not None:
             info = info_of(key, ref)
             if info["size"] is None:
-                url = ref[0]  # type: ignore[index]
-                try:
-                    remote = await acall(self.targets.for_url(url), "info", url)
-                except Exception as e:
-                    raise ReferenceNotReachable.wrap(key, url, e) from e
-                info["size"] = remote.get("size")
+                info["size"] = await self.engine.size(key, ref)
             return info
         if await off_loop(self.index.isdir, key):
             return {"name": key, "type": "directory", "size": 0}
         raise FileNotFoundError(key)
 
-    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
-        key = self._strip_protocol(path)
-        ref = self.index.ref(key)
-        if ref is not None and not (isinstance(ref, tuple) and len(ref) == 1):
-            return info_of(key, ref)
-        if ref is None:
-            if self.index.isdir(key):
-                return {"name": key, "type": "directory", "size": 0}
-            raise FileNotFoundError(key)
-        return self._sync(self._info(key))
-
     def _sync(self, coro: Any) -> Any:
-        from fsspec.asyn import get_loop, sync
+        from fsspec.asyn import sync
 
-        return sync(get_loop() if self.asynchronous else self.loop, lambda: coro)
+        return sync(self.loop, lambda: coro)
 
-    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+    def _entries(self, path: str, detail: bool) -> list[Any]:
         key = self._strip_protocol(path)
         got = self.index.entries(key)
         if got is None:
@@ -335,48 +319,27 @@ class ReferenceFileSystem(AsyncFileSystem):
         return out
 
     async def _ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
-        return await off_loop(lambda: self.ls(path, detail=detail, **kwargs))
-
-    def find(
-        self,
-        path: str,
-        maxdepth: int | None = None,
-        withdirs: bool = False,
-        detail: bool = False,
-        **kwargs: Any,
-    ) -> Any:
-        if maxdepth is not None or withdirs:
-            return super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
-        key = self._strip_protocol(path)
-        names = self.index.find(key)
-        if not detail:
-            return names
-        return {k: info_of(k, self.refs[k]) for k in names}
+        return await off_loop(self._entries, path, detail)
 
     async def _find(self, path: str, maxdepth: int | None = None, withdirs: bool = False,
                     **kwargs: Any) -> Any:
         if maxdepth is not None or withdirs:
             return await super()._find(path, maxdepth=maxdepth, withdirs=withdirs, **kwargs)
-        return await off_loop(lambda: self.find(path, **kwargs))
-
-    def isdir(self, path: str) -> bool:
-        return self.index.isdir(self._strip_protocol(path))
-
-    def isfile(self, path: str) -> bool:
-        return self.index.ref(self._strip_protocol(path)) is not None
-
-    def exists(self, path: str, **kwargs: Any) -> bool:
         key = self._strip_protocol(path)
-        return self.index.ref(key) is not None or self.index.isdir(key)
+        names = await off_loop(self.index.find, key)
+        if not kwargs.get("detail"):
+            return names
+        return {k: info_of(k, r) for k, r in zip(names, await self._refs(names), strict=True)}
 
     async def _isdir(self, path: str) -> bool:
-        return await off_loop(self.isdir, path)
+        return await off_loop(self.index.isdir, self._strip_protocol(path))
 
     async def _isfile(self, path: str) -> bool:
         return await self.engine.ref(self._strip_protocol(path)) is not None
 
     async def _exists(self, path: str, **kwargs: Any) -> bool:
-        return await off_loop(self.exists, path)
+        key = self._strip_protocol(path)
+        return await self.engine.ref(key) is not None or await off_loop(self.index.isdir, key)
 
     # -- files ----------------------------------------------------------------------------------
     def _open(
@@ -396,9 +359,23 @@ class ReferenceFileSystem(AsyncFileSystem):
             raise FileNotFoundError(key)
         if isinstance(ref, bytes):
             return io.BytesIO(ref)
-        size = self.info(key)["size"]
+        size = self._sync(self.engine.size(key, ref))
         return ReferenceFile(self, key, size=size, block_size=block_size or "default",
                              cache_options=cache_options, **kwargs)
+
+
+def _parsed_options(text: str, name: str) -> dict[str, Any]:
+    import json
+
+    from refset.errors import InvalidOption
+
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise InvalidOption(f"{name}: a JSON object of options, got {text[:80]!r} ({e})") from None
+    if not isinstance(value, dict):
+        raise InvalidOption(f"{name}: a JSON object of options, got {type(value).__name__}")
+    return value
 
 
 def _has_magic(p: str) -> bool:

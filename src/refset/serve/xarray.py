@@ -12,7 +12,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from xarray.backends import BackendEntrypoint
+import numpy as np
+from xarray.backends import BackendArray, BackendEntrypoint
 
 __all__ = ["RefsetBackendEntrypoint", "open_dataset"]
 
@@ -60,7 +61,6 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
     ) -> Any:
         from xarray.backends.zarr import ZarrBackendEntrypoint
 
-        from refset.serve.xarray_store import PrefetchingDataStore
         from refset.serve.zarr import ZarrStore
 
         store = filename_or_obj if isinstance(filename_or_obj, ZarrStore) else ZarrStore(
@@ -70,7 +70,7 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
         )
         if zarr_format is None:
             zarr_format = _zarr_format(store)
-        xstore = PrefetchingDataStore.open_group(
+        xstore = _datastore().open_group(
             store, group=group, mode="r", consolidated=False, consolidate_on_close=False,
             zarr_format=zarr_format, use_zarr_fill_value_as_mask=None,
         )
@@ -107,3 +107,84 @@ def open_dataset(source: Any, **kwargs: Any) -> Any:
     import xarray as xr
 
     return xr.open_dataset(source, engine=RefsetBackendEntrypoint, **kwargs)
+
+
+def _datastore() -> type:
+    """The xarray zarr datastore whose variables read through :class:`RefsetArray` (made on first use:
+    it subclasses xarray's, which imports zarr)."""
+    global _DATASTORE
+    if _DATASTORE is None:
+        from xarray.backends import ZarrStore as XarrayZarrStore
+
+        class RefsetDataStore(XarrayZarrStore):  # type: ignore[misc]
+            """xarray's zarr datastore, its variables' values read by :class:`RefsetArray`."""
+
+            def open_store_variable(self, name: str) -> Any:
+                # docstring inherited: dims, attributes and encoding as xarray reads them from zarr
+                import xarray as xr
+                from xarray.core import indexing
+
+                var = super().open_store_variable(name)
+                data = indexing.LazilyIndexedArray(RefsetArray(self.members[name]))
+                return xr.Variable(var.dims, data, var.attrs, var.encoding)
+
+        _DATASTORE = RefsetDataStore
+    return _DATASTORE
+
+
+_DATASTORE: type | None = None
+
+
+class RefsetArray(BackendArray):
+    """A zarr array's values for xarray: a basic or outer selection reads the
+    chunks it touches in one coalesced plan through refset's engine, decoded by refset where it can
+    (:func:`~refset.serve.decode.fast_read`) and by zarr otherwise; anything else as xarray's own zarr
+    wrapper reads it. A module-level class, so that Dask pickles it by reference."""
+
+    __slots__ = ("_array", "_inner", "dtype", "shape")
+
+    def __init__(self, zarr_array: Any) -> None:
+        from xarray.backends.zarr import ZarrArrayWrapper
+
+        self._array = zarr_array
+        self._inner = ZarrArrayWrapper(zarr_array)  # its dtype rules (vlen strings) and its reads
+        self.shape, self.dtype = self._inner.shape, self._inner.dtype
+
+    def get_array(self) -> Any:
+        return self._array
+
+    def __getitem__(self, key: Any) -> Any:
+        from xarray.core import indexing
+
+        if isinstance(key, indexing.BasicIndexer | indexing.OuterIndexer):
+            return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER,
+                                                      self._outer)
+        return self._inner[key]
+
+    async def async_getitem(self, key: Any) -> Any:
+        return await self._inner.async_getitem(key)
+
+    def _outer(self, key: tuple[Any, ...]) -> Any:
+        """Values of an outer selection (slices, integers, 1-d integer arrays per axis)."""
+        from zarr.core.sync import sync
+
+        from refset.serve.decode import fast_ok, fast_read, selected_chunks
+
+        arr = self._array
+        store = arr.store_path.store
+        if fast_ok(arr, key, store):
+            return fast_read(arr, key, store)
+        flat = None
+        try:
+            flat = selected_chunks(key, tuple(arr.shape), tuple(arr.chunks))
+        except (NotImplementedError, TypeError, ValueError):
+            flat = None
+        keys = sync(store.prefetch(arr.path, flat)) if flat is not None and hasattr(store, "prefetch") else []
+        try:
+            return arr.oindex[key] if any(isinstance(k, np.ndarray) for k in key) else arr[key]
+        finally:
+            if keys:
+                store.release(keys)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RefsetArray, (self._array,))

@@ -30,7 +30,6 @@ from refset.io.fetch import DEFAULT_MAX_INFLIGHT
 from refset.model.keys import chunk_keys
 from refset.options import Limits
 from refset.serve.engine import ReadEngine, clamp, off_loop
-from refset.serve.fsspec import ReferenceFileSystem
 
 if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, BufferPrototype
@@ -117,7 +116,7 @@ class ZarrStore(Store):
     ----------
     refs
         Anything :func:`refset.load` takes, a :class:`~refset.ReferenceSet`, or a
-        :class:`~refset.ReferenceFileSystem` (whose targets and options are then used).
+        :class:`~refset.ReferenceFileSystem` (whose set, targets and options are then used).
     storage_options
         Options for loading ``refs`` when it is a path/URL.
     remote_protocol, remote_options, fs, max_gap, max_block, max_inflight, limits
@@ -147,17 +146,21 @@ class ZarrStore(Store):
         if not read_only:
             raise Unsupported("refset.ZarrStore is read-only; read_only=False is not supported")
         super().__init__(read_only=True)
-        if isinstance(refs, ReferenceFileSystem):
-            self.fs = refs
+        if isinstance(refs, ReadEngine):
+            self.engine = refs
+            self._args: tuple[Any, dict[str, Any]] = (refs.refs, {})
+        elif hasattr(refs, "engine") and isinstance(getattr(refs, "engine", None), ReadEngine):
+            self.engine = refs.engine  # a refset.ReferenceFileSystem: its set, targets and options
+            self._args = (refs, {})
         else:
-            self.fs = ReferenceFileSystem(
-                refs, target_options=storage_options, remote_protocol=remote_protocol,
-                remote_options=remote_options, fs=fs, template_overrides=template_overrides,
-                max_gap=max_gap, max_block=max_block, max_inflight=max_inflight, limits=limits,
-            )
-        self.refs = self.fs.refs
-        self.engine = self.fs.engine
-        self.index = self.fs.index
+            options = {"storage_options": storage_options, "remote_protocol": remote_protocol,
+                       "remote_options": remote_options, "fs": fs, "template_overrides": template_overrides,
+                       "max_gap": max_gap, "max_block": max_block, "max_inflight": max_inflight,
+                       "limits": limits}
+            self.engine = ReadEngine.open(refs, **options)
+            self._args = (self.engine.refs, options)
+        self.refs = self.engine.refs
+        self.index = self.engine.index
         self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batch] = weakref.WeakKeyDictionary()
         self._prefetched: dict[str, bytes | BaseException] = {}
 
@@ -175,13 +178,14 @@ class ZarrStore(Store):
         return f"ZarrStore({self.refs!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ZarrStore, (self.fs,))
+        refs, options = self._args  # the set pickles by what reopens it
+        return (_remake, (refs, options))
 
     def with_read_only(self, read_only: bool = False) -> ZarrStore:
         # docstring inherited
         if not read_only:
             raise Unsupported("refset.ZarrStore is read-only; read_only=False is not supported")
-        return ZarrStore(self.fs)
+        return ZarrStore(self.engine)
 
     @property
     def requests(self) -> int:
@@ -282,8 +286,7 @@ class ZarrStore(Store):
         ref = await self.engine.ref(key)
         if ref is None:
             raise FileNotFoundError(key)
-        info = await self.fs._info(key)
-        return int(info["size"])
+        return await self.engine.size(key, ref)
 
     # -- writing: not supported -----------------------------------------------------------------
     async def set(self, key: str, value: Buffer) -> None:
@@ -319,3 +322,7 @@ class ZarrStore(Store):
             if child not in seen:
                 seen.add(child)
                 yield child
+
+
+def _remake(refs: Any, options: dict[str, Any]) -> ZarrStore:
+    return ZarrStore(refs, **{k: v for k, v in options.items() if v is not None})

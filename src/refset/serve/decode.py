@@ -1,8 +1,7 @@
-"""xarray's zarr datastore whose arrays fetch every chunk of a selection in one coalesced plan before
-decoding them (zarr alone keeps only ``async.concurrency`` chunk reads in flight), and decode zarr v2
-chunks of fixed-size types directly with numcodecs. Imports zarr and xarray's zarr backend: loaded
-only when a dataset is opened. Module-level classes, so that Dask pickles them by reference.
-"""
+"""Reading a selection of a zarr array through refset's engine: the chunks it touches fetched in one
+coalesced plan (zarr alone keeps only ``async.concurrency`` chunk reads in flight), and zarr v2 chunks of
+fixed-size types decoded directly with their numcodecs codecs (zarr's pipeline costs about a millisecond
+a chunk). Used by the xarray adapter; imports zarr."""
 
 from __future__ import annotations
 
@@ -10,13 +9,11 @@ import os
 from typing import Any
 
 import numpy as np
-from xarray.backends.zarr import ZarrArrayWrapper
-from xarray.backends.zarr import ZarrStore as XarrayZarrStore
 from zarr.core.sync import sync
 
 from refset.parallel import parallel_map
 
-__all__ = ["PrefetchingArrayWrapper", "PrefetchingDataStore"]
+__all__ = ["selected_chunks", "fast_ok", "fast_read"]
 
 
 def _chunk_ids(k: Any, size: int, chunk: int) -> Any:
@@ -34,7 +31,7 @@ def _chunk_ids(k: Any, size: int, chunk: int) -> Any:
     return np.unique((a.astype(np.int64) % size) // chunk)
 
 
-def _selected_chunks(key: Any, shape: tuple[int, ...], chunks: tuple[int, ...]) -> Any:
+def selected_chunks(key: Any, shape: tuple[int, ...], chunks: tuple[int, ...]) -> Any:
     """Flat indices of the chunks an orthogonal selection ``key`` touches, or None."""
     if not isinstance(key, tuple) or len(key) != len(shape) or not shape:
         return None
@@ -49,7 +46,7 @@ def _selected_chunks(key: Any, shape: tuple[int, ...], chunks: tuple[int, ...]) 
     return np.ravel_multi_index(tuple(m.ravel() for m in mesh), grid)
 
 
-def _fast_ok(arr: Any, key: Any, store: Any) -> bool:
+def fast_ok(arr: Any, key: Any, store: Any) -> bool:
     """A zarr v2 array of fixed-size values read with slices of step 1 and integers: refset decodes
     it directly with its numcodecs codecs (zarr's pipeline costs about a millisecond per chunk)."""
     from zarr.core.metadata import ArrayV2Metadata
@@ -71,7 +68,7 @@ def _fast_ok(arr: Any, key: Any, store: Any) -> bool:
     return True
 
 
-def _fast_read(arr: Any, key: tuple[Any, ...], store: Any) -> Any:
+def fast_read(arr: Any, key: tuple[Any, ...], store: Any) -> Any:
     from numcodecs.compat import ensure_ndarray_like
 
     meta = arr.metadata
@@ -134,42 +131,3 @@ def _fast_read(arr: Any, key: tuple[Any, ...], store: Any) -> Any:
         [len(range(*k.indices(n))) for k, n in zip(sel, shape, strict=True) if isinstance(k, slice)], dtype)
 
 
-class PrefetchingArrayWrapper(ZarrArrayWrapper):
-    """xarray's wrapper of a zarr array, reading through refset's store in one plan per selection."""
-
-    __slots__ = ()
-
-    def _read(self, key: Any, read: Any) -> Any:
-        arr = self._array
-        store = arr.store_path.store
-        if _fast_ok(arr, key, store):
-            return _fast_read(arr, key, store)
-        flat = None
-        try:
-            flat = _selected_chunks(key, tuple(arr.shape), tuple(arr.chunks))
-        except (NotImplementedError, TypeError, ValueError):
-            flat = None
-        if flat is None or not hasattr(store, "prefetch"):
-            return read(key)
-        keys = sync(store.prefetch(arr.path, flat))
-        try:
-            return read(key)
-        finally:
-            store.release(keys)
-
-    def _getitem(self, key: Any) -> Any:
-        return self._read(key, super()._getitem)
-
-    def _oindex(self, key: Any) -> Any:
-        return self._read(key, super()._oindex)
-
-
-class PrefetchingDataStore(XarrayZarrStore):
-    """xarray's zarr datastore whose variables use :class:`PrefetchingArrayWrapper`."""
-
-    def open_store_variable(self, name: str) -> Any:
-        from xarray.core import indexing
-
-        var = super().open_store_variable(name)
-        var._data = indexing.LazilyIndexedArray(PrefetchingArrayWrapper(self.members[name]))
-        return var
