@@ -252,9 +252,9 @@ def _is_data_file(url: str, so: Mapping[str, Any]) -> bool:
         if os.path.isdir(store.root):
             return False
         with open(store.root, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
+            fsize = os.fstat(fh.fileno()).st_size
             read_at = file_reader(fh)
-            return not starts_like_refs(read_at(0, 16)) and scanner_for(read_at, size) is not None
+            return not starts_like_refs(read_at(0, 16)) and scanner_for(read_at, fsize) is not None
     if store.isdir():
         return False
     head, size = store.read_sized("", 0, HEAD)

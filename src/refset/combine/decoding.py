@@ -11,10 +11,13 @@ there is refused naming the variable, the field and both inputs, never decoded w
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from refset.model.metadata import ArrayMetadata
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["CF_DECODING", "decoding_codecs", "decoding_attrs", "time_encoding", "attrs_difference", "calendar",
            "calendars_needing_dates", "same_calendar_after_1582", "bounds_parent", "is_time_units"]
@@ -68,7 +71,7 @@ def calendar(attrs: Mapping[str, Any]) -> str:
     return _CALENDARS.get(c, c)
 
 
-def is_time_units(units: Any) -> bool:
+def is_time_units(units: Any) -> TypeGuard[str]:
     return isinstance(units, str) and " since " in units
 
 
@@ -141,7 +144,7 @@ def calendars_needing_dates(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return ca != cb and {ca, cb} <= _AGREE_AFTER_1582
 
 
-def same_calendar_after_1582(values: Sequence[Any], units: str, cal: str) -> bool:
+def same_calendar_after_1582(values: ArrayLike, units: str, cal: str) -> bool:
     """Whether every number of ``values`` (in ``units``, calendar ``cal``) is a date on or after
     1582-10-15, where ``standard`` and ``proleptic_gregorian`` agree."""
     import numpy as np

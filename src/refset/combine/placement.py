@@ -49,7 +49,7 @@ class Combiner:
     def build(self) -> ReferenceSet:
         first = self.inputs.meta[0]
         for key in self.inputs.group_keys(0):
-            self.meta[key] = first[key]  # type: ignore[assignment]
+            self.meta[key] = first[key]
         for path in self.inputs.paths():
             if path not in self.dim_names:
                 self.variable(path)
@@ -123,7 +123,9 @@ class Combiner:
             at = positions_in(first, inl.flat)  # the kept rows' new places
             kept = np.flatnonzero(at >= 0)
             inl = inl.take(kept).moved(at[kept])
-        self.arrays[path] = Array(out, ChunkTable.from_entries(grid, *cols, inline=inl.moved(cols[0][inl.flat])))
+        flat_at, kind, path_id, offset, length = cols
+        self.arrays[path] = Array(out, ChunkTable.from_entries(grid, flat_at, kind, path_id, offset, length,
+                                                               inline=inl.moved(cols[0][inl.flat])))
 
     def overlaps(self, path: str, grid: Any, dst: np.ndarray, owners: np.ndarray,
                  strict: bool) -> np.ndarray | None:
@@ -342,4 +344,5 @@ def _shown(v: Any) -> str:
 
 
 def _same_nan(a: Any, b: Any) -> bool:
-    return a == b or (a == "NaN" and b == "NaN")
+    same: bool = a == b or (a == "NaN" and b == "NaN")
+    return same

@@ -136,13 +136,13 @@ def _assemble(meta: ArrayMetadata, chunks: list[tuple[int, bytes]], path: str) -
             memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf, dtype)
         arr = arr.reshape(-1)
         idx = np.unravel_index(f, grid.grid_shape)
-        sel = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(idx, cshape, shape))
+        sel: tuple[slice, ...] = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(idx, cshape, shape))
         if arr.size == per_chunk:
             block = arr.reshape(cshape, order=order)
             out[sel] = block[tuple(slice(0, s.stop - s.start) for s in sel)]
         elif not codecs and len(shape) <= 1 and arr.size == (sel[0].stop - sel[0].start if shape else 1):
             out[sel] = arr  # a short uncompressed chunk: the values it holds
         else:
-            raise InvalidReferences(f"{path}/{grid.chunk_key(idx)}: decodes to {arr.size} values, "
+            raise InvalidReferences(f"{path}/{grid.chunk_key([int(i) for i in idx])}: decodes to {arr.size} values, "
                                     f"expected {per_chunk}")
     return out

@@ -35,7 +35,7 @@ class ScanFile:
         self.head = b""
         self._blocks: dict[int, bytes] = {}
         self.local = isinstance(store, LocalStore)
-        if self.local:
+        if isinstance(store, LocalStore):  # self.local, spelled so that mypy narrows the store
             self.file: Any = open(store.root, "rb")
             self.size = self.file.seek(0, io.SEEK_END)
             self.file.seek(0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -118,7 +118,7 @@ class ReadEngine:
         if isinstance(ref, bytes):
             return len(ref)
         if len(ref) == 3:
-            return int(ref[2])  # type: ignore[misc]
+            return int(ref[2])
         url = ref[0]
         try:
             remote = await acall(self.targets.for_url(url), "info", url)
@@ -132,7 +132,7 @@ class ReadEngine:
         r = self.refs.get_now(key)
         if r is NOT_LOADED:
             r = await off_loop(self.refs.get, key)
-        return r  # type: ignore[return-value]
+        return cast("Ref | None", r)  # not the NOT_LOADED sentinel any more
 
     async def table(self, path: str) -> ChunkTable:
         """The chunk table of ``path``, read off the loop when it is not read yet."""
@@ -147,10 +147,10 @@ class ReadEngine:
         url = ref[0]
         if len(ref) == 1:
             return await self.read_whole(key, url, start, end)
-        s, e = clamp(ref[2], start, end)  # type: ignore[misc]
+        s, e = clamp(ref[2], start, end)
         if s == e:
             return b""
-        s, e = s + ref[1], e + ref[1]  # type: ignore[misc]
+        s, e = s + ref[1], e + ref[1]
         self.reader.requests += 1
         try:
             data = await read_range(self.targets, url, s, e)
@@ -195,17 +195,18 @@ class ReadEngine:
             if len(ref) == 1:
                 whole.append(i)
                 continue
-            s, e = clamp(ref[2], st, en)  # type: ignore[misc]
+            s, e = clamp(ref[2], st, en)
             if s == e:
                 out[i] = b""
                 continue
             rows.append(i)
             pid.append(uid.setdefault(ref[0], len(uid)))
-            bs.append(s + ref[1])  # type: ignore[misc]
-            be.append(e + ref[1])  # type: ignore[misc]
+            bs.append(s + ref[1])
+            be.append(e + ref[1])
 
         async def one_whole(i: int) -> bytes:
-            return await self.read_whole(keys[i], refs[i][0], starts[i], ends[i])  # type: ignore[index]
+            url = cast("tuple[str]", refs[i])[0]  # i is in whole: a whole-file reference
+            return await self.read_whole(keys[i], url, starts[i], ends[i])
 
         got, wgot = await asyncio.gather(
             self.reader.read(list(uid), np.array(pid, np.int64), np.array(bs, np.int64),
@@ -214,10 +215,11 @@ class ReadEngine:
         )
         for i, d in zip(rows + whole, list(got) + list(wgot), strict=True):
             if isinstance(d, BaseException):
-                out[i] = ReferenceNotReachable.wrap(keys[i], refs[i][0], d)  # type: ignore[index]
+                url = cast("tuple[str] | tuple[str, int, int]", refs[i])[0]  # rows and whole: not inline
+                out[i] = ReferenceNotReachable.wrap(keys[i], url, d)
             else:
                 out[i] = d
-        return out  # type: ignore[return-value]
+        return cast("list[bytes | BaseException]", out)  # every slot filled: no None left
 
     def _by_blocks(self, path: str, nflat: int) -> bool:
         """Whether a selection of ``nflat`` chunks is better read block by block (a parquet record, a
@@ -232,11 +234,12 @@ class ReadEngine:
         flat = np.asarray(flat, np.int64)
         if self._by_blocks(path, len(flat)):
             refs = await off_loop(self.refs.chunk_refs, path, flat)
-            rows = [i for i, r in enumerate(refs) if isinstance(r, tuple) and len(r) == 3]
+            picked = [(i, r) for i, r in enumerate(refs) if isinstance(r, tuple) and len(r) == 3]
+            rows = [i for i, _ in picked]
             uid: dict[str, int] = {}
-            pid = np.array([uid.setdefault(refs[i][0], len(uid)) for i in rows], np.int64)  # type: ignore[index]
-            start = np.array([refs[i][1] for i in rows], np.int64)  # type: ignore[misc]
-            end = start + np.array([refs[i][2] for i in rows], np.int64)  # type: ignore[misc]
+            pid = np.array([uid.setdefault(r[0], len(uid)) for _, r in picked], np.int64)
+            start = np.array([r[1] for _, r in picked], np.int64)
+            end = start + np.array([r[2] for _, r in picked], np.int64)
             return flat[rows], list(uid), pid, start, end
         t = await self.table(path)
         kind, pid, off, ln = t.take(flat)
@@ -251,9 +254,9 @@ class ReadEngine:
         if self._by_blocks(path, len(flat)):
             refs = await off_loop(self.refs.chunk_refs, path, flat)
             rows = [i for i, r in enumerate(refs) if r is not None]
+            present = [r for r in refs if r is not None]  # refs[i] for i in rows
             keys = chunk_keys(path, self.refs.grids[path], flat[rows]).tolist()
-            got = await self.read_many(keys, [refs[i] for i in rows], [None] * len(rows),  # type: ignore[misc]
-                                       [None] * len(rows))
+            got = await self.read_many(keys, present, [None] * len(rows), [None] * len(rows))
             out: list[bytes | None] = [None] * len(flat)
             for i, d in zip(rows, got, strict=True):
                 if isinstance(d, BaseException):
@@ -264,22 +267,22 @@ class ReadEngine:
         urls = self.refs.urls  # after the table: every id it holds is in it
         kind, pid, off, ln = t.take(flat)
         out = [None] * len(flat)
-        rows = np.flatnonzero(kind == RANGE)
-        if len(rows):
-            o = off[rows].astype(np.int64)
-            got = await self.reader.read(urls, pid[rows].astype(np.int64), o, o + ln[rows].astype(np.int64))
-            for i, d in zip(rows.tolist(), got, strict=True):
+        ranged = np.flatnonzero(kind == RANGE)
+        if len(ranged):
+            o = off[ranged].astype(np.int64)
+            got = await self.reader.read(urls, pid[ranged].astype(np.int64), o, o + ln[ranged].astype(np.int64))
+            for i, d in zip(ranged.tolist(), got, strict=True):
                 if isinstance(d, BaseException):
                     key = chunk_keys(path, t.grid, flat[i:i + 1]).tolist()[0]
                     raise ReferenceNotReachable.wrap(key, urls[int(pid[i])], d) from d
                 out[i] = d
         inl = np.flatnonzero(kind == INLINE)
-        for i, d in zip(inl.tolist(), t.inline.get_many(flat[inl]), strict=True):
-            out[i] = d
+        for i, value in zip(inl.tolist(), t.inline.get_many(flat[inl]), strict=True):
+            out[i] = value
         whole = np.flatnonzero(kind == WHOLE).tolist()
         keys = chunk_keys(path, t.grid, flat[whole]).tolist()
         got_whole = await asyncio.gather(*(self.read_whole(k, urls[int(pid[i])], None, None)
                                            for k, i in zip(keys, whole, strict=True)))
         for i, d in zip(whole, got_whole, strict=True):
             out[i] = d
-        return out  # type: ignore[return-value]
+        return out

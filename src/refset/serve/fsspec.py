@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 from fsspec.asyn import AsyncFileSystem
 from fsspec.spec import AbstractBufferedFile
@@ -67,7 +67,7 @@ def _fsspec_form(ref: Ref) -> bytes | list[Any]:
     return ref if isinstance(ref, bytes) else list(ref)
 
 
-class ReferenceFileSystem(AsyncFileSystem):
+class ReferenceFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec has no type information: Any
     """View the references of a reference set as files (read-only).
 
     Parameters
@@ -185,7 +185,7 @@ class ReferenceFileSystem(AsyncFileSystem):
             got = await off_loop(lambda: [self.refs.get(keys[i]) for i in todo])
             for i, r in zip(todo, got, strict=True):
                 out[i] = r
-        return out  # type: ignore[return-value]
+        return cast("list[Ref | None]", out)  # no NOT_LOADED sentinel left
 
     # -- reading --------------------------------------------------------------------------------
     async def _cat_file(
@@ -231,7 +231,7 @@ class ReferenceFileSystem(AsyncFileSystem):
             if isinstance(d, BaseException) and on_error == "raise":
                 raise d
             out[i] = d
-        return out  # type: ignore[return-value]
+        return cast("list[bytes | BaseException]", out)  # every slot filled: no None left
 
     async def _cat(
         self,
@@ -240,22 +240,22 @@ class ReferenceFileSystem(AsyncFileSystem):
         on_error: str = "raise",
         batch_size: int | None = None,
         **kwargs: Any,
-    ) -> bytes | dict[str, bytes | BaseException]:
+    ) -> bytes | BaseException | dict[str, bytes | BaseException]:
         single = isinstance(path, str) and not recursive and not _has_magic(path)
         if isinstance(path, str) and single:
             if on_error == "raise":
                 return await self._cat_file(path)
             got = await self._cat([path], on_error=on_error)  # the error in its place, or nothing
-            return got.get(path, {}) if isinstance(got, dict) else got  # type: ignore[return-value]
+            return got.get(path, {}) if isinstance(got, dict) else got
         if recursive or (isinstance(path, str) and _has_magic(path)) or any(map(_has_magic, path)):
             paths = await self._expand_path(path, recursive=recursive)
             found = await self._refs([self._strip_protocol(p) for p in paths])
             paths = [p for p, r in zip(paths, found, strict=True) if r is not None]
         else:
             paths = list(path)
-        got = await self._cat_ranges(paths, None, None, on_error="return")
+        parts = await self._cat_ranges(paths, None, None, on_error="return")
         out: dict[str, bytes | BaseException] = {}
-        for p, d in zip(paths, got, strict=False):
+        for p, d in zip(paths, parts, strict=False):
             if isinstance(d, BaseException):
                 if on_error == "raise":
                     raise d
@@ -329,7 +329,8 @@ class ReferenceFileSystem(AsyncFileSystem):
         names = await off_loop(self.index.find, key)
         if not kwargs.get("detail"):
             return names
-        return {k: info_of(k, r) for k, r in zip(names, await self._refs(names), strict=True)}
+        # the keys found are in the set: none of their references is None
+        return {k: info_of(k, cast(Ref, r)) for k, r in zip(names, await self._refs(names), strict=True)}
 
     async def _isdir(self, path: str) -> bool:
         return await off_loop(self.index.isdir, self._strip_protocol(path))
@@ -382,7 +383,7 @@ def _has_magic(p: str) -> bool:
     return any(c in p for c in "*?[")
 
 
-class ReferenceFile(AbstractBufferedFile):
+class ReferenceFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec has no type information: Any
     """A seekable read-only file over one reference; reads are clamped to the referenced block."""
 
     def __init__(self, fs: ReferenceFileSystem, path: str, *, size: int, block_size: Any = "default",
@@ -393,4 +394,5 @@ class ReferenceFile(AbstractBufferedFile):
 
     def _fetch_range(self, start: int, end: int) -> bytes:
         fs: ReferenceFileSystem = self.fs
-        return fs._sync(fs._cat_file(self.path, start=start, end=end))  # type: ignore[no-any-return]
+        data: bytes = fs._sync(fs._cat_file(self.path, start=start, end=end))
+        return data

@@ -28,7 +28,7 @@ def info_of(key: str, ref: Ref) -> dict[str, Any]:
     if isinstance(ref, bytes):
         return {"name": key, "type": "file", "size": len(ref)}
     if len(ref) == 3:
-        return {"name": key, "type": "file", "size": ref[2]}  # type: ignore[misc]
+        return {"name": key, "type": "file", "size": ref[2]}
     return {"name": key, "type": "file", "size": None}
 
 

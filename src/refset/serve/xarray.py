@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from xarray.backends import BackendArray, BackendEntrypoint
+
+if TYPE_CHECKING:
+    from xarray.backends import ZarrStore as XarrayZarrStore
 
 __all__ = ["RefsetBackendEntrypoint", "open_dataset"]
 
@@ -36,7 +39,7 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
 
         return looks_like_refs(os.fspath(filename_or_obj))
 
-    def open_dataset(  # type: ignore[override]
+    def open_dataset(
         self,
         filename_or_obj: Any,
         *,
@@ -75,7 +78,7 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
             zarr_format=zarr_format, use_zarr_fill_value_as_mask=None,
         )
         return ZarrBackendEntrypoint().open_dataset(
-            store,
+            store,  # type: ignore[arg-type]  # a zarr Store, which xarray takes though its annotation omits it
             store=xstore,
             drop_variables=drop_variables,
             mask_and_scale=mask_and_scale,
@@ -109,14 +112,14 @@ def open_dataset(source: Any, **kwargs: Any) -> Any:
     return xr.open_dataset(source, engine=RefsetBackendEntrypoint, **kwargs)
 
 
-def _datastore() -> type:
+def _datastore() -> type[XarrayZarrStore]:
     """The xarray zarr datastore whose variables read through :class:`RefsetArray` (made on first use:
     it subclasses xarray's, which imports zarr)."""
     global _DATASTORE
     if _DATASTORE is None:
         from xarray.backends import ZarrStore as XarrayZarrStore
 
-        class RefsetDataStore(XarrayZarrStore):  # type: ignore[misc]
+        class RefsetDataStore(XarrayZarrStore):
             """xarray's zarr datastore, its variables' values read by :class:`RefsetArray`."""
 
             def open_store_variable(self, name: str) -> Any:
@@ -124,7 +127,7 @@ def _datastore() -> type:
                 import xarray as xr
                 from xarray.core import indexing
 
-                var = super().open_store_variable(name)
+                var = super().open_store_variable(name)  # type: ignore[no-untyped-call]  # xarray: unannotated
                 data = indexing.LazilyIndexedArray(RefsetArray(self.members[name]))
                 return xr.Variable(var.dims, data, var.attrs, var.encoding)
 
@@ -132,7 +135,7 @@ def _datastore() -> type:
     return _DATASTORE
 
 
-_DATASTORE: type | None = None
+_DATASTORE: type[XarrayZarrStore] | None = None
 
 
 class RefsetArray(BackendArray):
@@ -147,7 +150,8 @@ class RefsetArray(BackendArray):
         from xarray.backends.zarr import ZarrArrayWrapper
 
         self._array = zarr_array
-        self._inner = ZarrArrayWrapper(zarr_array)  # its dtype rules (vlen strings) and its reads
+        # its dtype rules (vlen strings) and its reads
+        self._inner = ZarrArrayWrapper(zarr_array)  # type: ignore[no-untyped-call]  # xarray: unannotated
         self.shape, self.dtype = self._inner.shape, self._inner.dtype
 
     def get_array(self) -> Any:
@@ -162,7 +166,7 @@ class RefsetArray(BackendArray):
         return self._inner[key]
 
     async def async_getitem(self, key: Any) -> Any:
-        return await self._inner.async_getitem(key)
+        return await self._inner.async_getitem(key)  # type: ignore[no-untyped-call]  # xarray: unannotated
 
     def _outer(self, key: tuple[Any, ...]) -> Any:
         """Values of an outer selection (slices, integers, 1-d integer arrays per axis)."""

@@ -126,7 +126,7 @@ class ZarrStore(Store):
     supports_writes: bool = False
     supports_deletes: bool = False
     supports_listing: bool = True
-    supports_partial_writes = False  # type: ignore[assignment]
+    supports_partial_writes = False
 
     def __init__(
         self,
@@ -209,7 +209,7 @@ class ZarrStore(Store):
         flat, urls, pid, start, end = await self.engine.chunk_ranges(path, flat)
         if len(flat) < 2 or int((end - start).sum()) > budget:
             return []
-        keys = chunk_keys(path, self.refs.grids[path], flat).tolist()
+        keys: list[str] = chunk_keys(path, self.refs.grids[path], flat).tolist()
         got = await self.engine.reader.read(urls, pid, start, end)
         pf = self._prefetched
         for k, d in zip(keys, got, strict=True):
@@ -244,10 +244,10 @@ class ZarrStore(Store):
             return ref[start:end]
         url = ref[0]
         if len(ref) == 3:
-            s, e = clamp(ref[2], start, end)  # type: ignore[misc]
+            s, e = clamp(ref[2], start, end)
             if s == e:
                 return b""
-            return await self._batch().add(key, url, s + ref[1], e + ref[1])  # type: ignore[misc]
+            return await self._batch().add(key, url, s + ref[1], e + ref[1])
         return await self.engine.read_whole(key, url, start, end)
 
     async def get(

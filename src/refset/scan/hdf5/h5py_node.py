@@ -28,7 +28,7 @@ class H5Node:
 
         grp = self.obj
         links = grp.id.links
-        out = []
+        out: list[tuple[str, str, H5Node | None, str]] = []
         for name in grp:
             bname = name.encode()
             kind = links.get_info(bname).type
@@ -62,19 +62,23 @@ class H5Node:
     # -- datasets ---------------------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.obj.shape
+        shape: tuple[int, ...] = self.obj.shape
+        return shape
 
     @property
     def maxshape(self) -> tuple[int | None, ...]:
-        return self.obj.maxshape
+        maxshape: tuple[int | None, ...] = self.obj.maxshape
+        return maxshape
 
     @property
     def dtype(self) -> np.dtype:
-        return self.obj.dtype
+        dtype: np.dtype = self.obj.dtype
+        return dtype
 
     @property
     def chunks(self) -> tuple[int, ...] | None:
-        return self.obj.chunks
+        chunks: tuple[int, ...] | None = self.obj.chunks
+        return chunks
 
     @property
     def fillvalue(self) -> Any:
@@ -82,7 +86,8 @@ class H5Node:
 
     @property
     def offset(self) -> int | None:
-        return self.obj.id.get_offset()
+        offset: int | None = self.obj.id.get_offset()
+        return offset
 
     def _plist(self) -> Any:
         p = getattr(self, "_pl", None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import functools
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -44,7 +44,7 @@ def lookup3(data: bytes, init: int = 0) -> int:
     m = 0xFFFFFFFF
     a = b = c = (0xDEADBEEF + n + init) & m
     i = 0
-    unpack = struct.Struct("<3I").unpack_from
+    unpack: Callable[[bytes, int], tuple[int, int, int]] = struct.Struct("<3I").unpack_from
     while n - i > 12:
         x, y, z = unpack(data, i)
         a = (a + x) & m
@@ -73,7 +73,7 @@ def lookup3(data: bytes, init: int = 0) -> int:
     return c
 
 
-def _libhdf5_lookup3() -> Any:
+def _libhdf5_lookup3() -> Callable[[bytes], int] | None:
     """libhdf5's own ``H5_checksum_lookup3`` (300x the pure-Python one on a 4 KiB block), found
     through h5py's ``defs`` extension module, which links libhdf5: loaded as a library, without
     importing h5py (~20 ms in each Dask worker); None where it cannot be found."""
@@ -95,7 +95,7 @@ def _libhdf5_lookup3() -> Any:
     return lambda data: fn(bytes(data), len(data), 0)
 
 
-_checksum: Any = None
+_checksum: Callable[[bytes], int] | None = None
 
 
 def checksum(data: bytes) -> int:
@@ -152,7 +152,7 @@ class H5File:
         self._budget -= n
         _need(self._budget >= 0, "metadata read more than twice over")
         self.f.seek(pos)
-        data = self.f.read(n)
+        data: bytes = self.f.read(n)
         _need(len(data) == n, "short read")
         return data
 
@@ -199,7 +199,8 @@ class H5File:
             self._gcols[addr] = col
         obj = col.get(index)
         _need(obj is not None, "global heap object missing")
-        return obj  # type: ignore[return-value]
+        assert obj is not None  # for mypy: _need raised otherwise
+        return obj
 
     # -- version 1 B-trees (group members, chunks) ---------------------------------------------
     def _v1_btree_leaves(self, addr: int, node_type: int, key_size: int) -> Iterator[tuple[int, bytes]]:
@@ -307,7 +308,7 @@ class Header:
         _need(first[0] == 1, "object header version")
         nmsgs, _refs, size = struct.unpack_from("<HII", first, 2)
         blocks = [(addr + 16, size)]
-        seen = set()
+        seen: set[int] = set()
         while blocks:
             start, size = blocks.pop(0)
             _need(start not in seen and len(seen) < 10_000, "header continuation cycle")
@@ -619,7 +620,7 @@ def attribute(body: bytes) -> tuple[bytes, bytes, bytes, bytes]:
         _need(not body[1] & 0x03, "shared attribute type/space")
     nname, ntype, nspace = struct.unpack_from("<HHH", body, 2)
     p = 8 if version < 3 else 9
-    pad = (lambda x: (x + 7) & ~7) if version == 1 else (lambda x: x)
+    pad: Callable[[int], int] = (lambda x: (x + 7) & ~7) if version == 1 else (lambda x: x)
     name = body[p:p + nname]
     _need(nname > 0 and name[-1:] == b"\0" and b"\0" not in name[:-1], "attribute name")
     p += pad(nname)

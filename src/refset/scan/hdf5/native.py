@@ -5,7 +5,7 @@ as :class:`~.walk.Walker` asks for them, with h5py's values and types. Whatever 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -51,6 +51,7 @@ class NativeNode:
         tracks it, else by name."""
         st = self.hdr.find(0x11)
         info = self.hdr.find(0x02)
+        pairs: list[tuple[bytes, int, int | None]] | None  # (name, address, creation order)
         if st is not None:
             _need(info is None and not self.hdr.all(0x06), "mixed group storage")
             btree, heap = np.frombuffer(st, "<u8", 2).tolist()
@@ -70,7 +71,7 @@ class NativeNode:
         if info is not None and info[1] & 0x01:  # creation order tracked
             orders = [p[2] for p in pairs]
             _need(None not in orders and len(set(orders)) == len(orders), "link creation order")
-            pairs = sorted(pairs, key=lambda p: p[2])
+            pairs = sorted(pairs, key=lambda p: cast(int, p[2]))  # no None: checked just above
         else:
             pairs = sorted(pairs)
         out = []
@@ -126,8 +127,8 @@ class NativeNode:
             messages = m.dense_messages(self.h5, heap, index, 8)
         items = []
         for order, body in messages:
-            name, dt, sp, data = m.attribute(body)
-            items.append((order if self.hdr.track_attr_order else 0, name, dt, sp, data))
+            bname, dt, sp, data = m.attribute(body)
+            items.append((order if self.hdr.track_attr_order else 0, bname, dt, sp, data))
         items.sort(key=lambda x: (x[0], x[1]))
         if self.hdr.track_attr_order:
             _need(len({x[0] for x in items}) == len(items), "attribute creation order")
@@ -154,7 +155,8 @@ class NativeNode:
               "attribute type")  # other references: h5py gives reference objects
         space = m.dataspace(spmsg)
         _need(space is not None, "null dataspace attribute")
-        shape = space[0]  # type: ignore[index]
+        assert space is not None  # for mypy: _need raised otherwise
+        shape = space[0]
         n = math.prod(shape)
         _need(0 < n and n * t.size <= len(data), "attribute data")
         if t.kind == "num":
@@ -202,7 +204,9 @@ class NativeNode:
             got = h.memo["dataset"] = self._dataset_info()
         self.shape, self.maxshape, self.dtype, self.filters, self.fillvalue = got
         self.external = False
-        kind, info = m.layout(h.find(0x08))  # type: ignore[arg-type]
+        body = h.find(0x08)
+        assert body is not None  # for mypy: a dataset has its layout message (is_dataset)
+        kind, info = m.layout(body)
         self.layout = kind
         self.chunks = None
         self.offset = None
@@ -225,10 +229,11 @@ class NativeNode:
         h = self.hdr
         sp, dt = h.find(0x01), h.find(0x03)
         _need(sp is not None and dt is not None, "dataset without space or type")
-        space = m.dataspace(sp)  # type: ignore[arg-type]
+        space = m.dataspace(sp)
         _need(space is not None, "null dataspace dataset")
-        shape, maxshape = space  # type: ignore[misc]
-        t = m.datatype(dt)  # type: ignore[arg-type]
+        assert space is not None  # for mypy: _need raised otherwise
+        shape, maxshape = space
+        t = m.datatype(dt)
         _need(t.kind in ("num", "str"), "dataset type")
         _need(t.dtype.itemsize == t.size, "dataset type size")
         pipe = h.find(0x0B)

@@ -342,8 +342,10 @@ def _check_dtype(dt: np.dtype, path: str) -> None:
         if dt.kind == "O" and h5py.check_string_dtype(dt) is None:
             raise cannot(path, "it holds variable-length sequences, which have no exact zarr v2 equivalent")
     if dt.names is not None:
+        fields = dt.fields
+        assert fields is not None  # a structured dtype has both names and fields
         for name in dt.names:
-            sub = dt.fields[name][0].base
+            sub = fields[name][0].base
             if sub.hasobject:
                 raise cannot(path, f"its compound member {name!r} is variable-length")
             if sub.names is not None:
@@ -354,7 +356,9 @@ def _check_dtype(dt: np.dtype, path: str) -> None:
 def _zarr_dtype(dt: np.dtype) -> np.dtype:
     """The stored dtype without h5py's metadata (enum/bool mappings)."""
     if dt.names is not None:
-        return np.dtype([(n, _zarr_dtype(dt.fields[n][0])) for n in dt.names])
+        fields = dt.fields
+        assert fields is not None  # a structured dtype has both names and fields
+        return np.dtype([(n, _zarr_dtype(fields[n][0])) for n in dt.names])
     if dt.subdtype is not None:
         return np.dtype((_zarr_dtype(dt.subdtype[0]), dt.subdtype[1]))
     return np.dtype(dt.str)

@@ -4,6 +4,7 @@ Every count and offset is checked against the file's size before anything is all
 
 from __future__ import annotations
 
+import builtins
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -81,7 +82,7 @@ class _Reader:
     def int(self, size: int, what: str) -> int:
         return int.from_bytes(self.take(size, what), "big", signed=False)
 
-    def count(self, what: str) -> int:
+    def count(self, what: str) -> builtins.int:  # builtins: the method int shadows it here
         n = self.int(self.count_size, what)
         if self.count_size == 4 and n >= 2**31:
             raise self.error(f"{what} is {n}, not a non-negative 32-bit integer")
@@ -89,7 +90,7 @@ class _Reader:
             raise self.error(f"{what} is {n}, not a non-negative 64-bit integer")
         return n
 
-    def items(self, tag: int, what: str, min_size: int) -> int:
+    def items(self, tag: builtins.int, what: str, min_size: builtins.int) -> builtins.int:
         """The number of items of a dimension/attribute/variable list (0 when ABSENT)."""
         got = self.int(4, f"the {what} list tag")
         n = self.count(f"the number of {what}s")
@@ -101,7 +102,7 @@ class _Reader:
             raise self.error(f"{n} {what}s cannot fit in the rest of the file")
         return n
 
-    def padded(self, n: int, what: str) -> bytes:
+    def padded(self, n: builtins.int, what: str) -> bytes:
         data = self.take(n, what)
         self.take(-n % 4, f"the padding of {what}")
         return data
