@@ -3,11 +3,13 @@
 Makes a month of small daily NetCDF4 files, scans and combines them along ``time`` into one
 reference set on a local Dask cluster, saves it in every format (sizes side by side), opens it with
 xarray, and checks what it reads against the files themselves. Needs the ``all`` extra (h5py and
-h5netcdf write the files, dask[distributed] runs the scans, xarray reads).
+h5netcdf write the files, dask[distributed] runs the scans, xarray reads). :func:`cmd_demo` is the
+command; :func:`run` the demo itself.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -20,11 +22,12 @@ from typing import IO, Any
 
 import numpy as np
 
-from refset.cli.progress import Bar
+from refset.cli.common import EXIT_OK, UsageError
+from refset.cli.progress import Bar, wanted
 from refset.errors import RefsetError, Unsupported
 from refset.model.table import RANGE
 
-__all__ = ["DemoResult", "FORMATS", "make_files", "next_steps", "prepare", "run"]
+__all__ = ["DemoResult", "FORMATS", "cmd_demo", "make_files", "next_steps", "prepare", "run"]
 
 # (label, file name, refset format) of the saved sets, in the order printed.
 FORMATS = (("json V0", "combined.json", "json"), ("json V1", "combined.v1.json", "v1"),
@@ -244,3 +247,15 @@ def _disk_size(path: str) -> int:
     if os.path.isdir(path):
         return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path) for n in names)
     return os.path.getsize(path)
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    """``refset demo [DIR]``: :func:`prepare` the directory (a refusal is a usage error), then :func:`run`."""
+    if a.dir is not None and os.path.isfile(os.path.join(a.dir, MARKER)) and not a.quiet:
+        sys.stderr.write(f"replacing the files of an earlier refset demo in {a.dir}\n")
+    try:
+        directory = prepare(a.dir)
+    except Unsupported as e:
+        raise UsageError(str(e)) from None
+    run(directory, files=a.files, workers=a.workers, progress=wanted(a.quiet))
+    return EXIT_OK

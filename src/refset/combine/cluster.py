@@ -17,7 +17,7 @@ import pickle
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,7 +26,10 @@ from refset.combine.placement import Combiner
 from refset.model.refset import ReferenceSet
 from refset.model.stack import SetStack
 
-__all__ = ["combine_on_cluster", "BATCH"]
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["combine_on_cluster", "BATCH", "CLUSTER_INPUTS", "local_client"]
 
 #: Inputs (or intermediate sets) combined by one task.
 BATCH = 64
@@ -192,3 +195,20 @@ def _runs(order: list[int], group: Sequence[Any], batch: int) -> list[list[int]]
         cur.append(i)
     out.append(cur)
     return out
+
+
+#: Inputs from which an embedded local cluster pays for its start-up (about two seconds): the
+#: ``refset`` command starts one (:func:`local_client`, a worker per core) for this many or more.
+CLUSTER_INPUTS = 500
+
+
+def local_client(workers: int) -> Client:
+    """A Dask client of a new local cluster of ``workers`` processes, one thread each, its dashboard
+    on any free port; closing the client closes the cluster.
+
+    Give it to :func:`refset.combine` as ``client=``; needs ``dask[distributed]``.
+    """
+    from distributed import Client
+
+    # Client starts the LocalCluster itself from these keywords, and so closes it when closed
+    return Client(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")

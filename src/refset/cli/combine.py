@@ -1,0 +1,123 @@
+"""``refset combine`` (and ``refset scan --concat-dim``): sets or data files combined into one set,
+in this process or on a Dask cluster; the ``--coo-map``/``--coo-dtype`` options read, and combine's
+problems said in the command line's words."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from refset.cli.common import (
+    EXIT_OK,
+    UsageError,
+    _inputs,
+    _json_arg,
+    _pair,
+    _refuse_existing,
+    _save,
+    _scan_options,
+    _summary,
+    _unused_drops,
+    _writer_options,
+)
+from refset.cli.progress import Bar, wanted
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+def _coo_map(items: Sequence[str] | None) -> dict[str, Any]:
+    """``D=SELECTOR``: ``re:PATTERN`` is a regex on the input's name; other selectors as in Python."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        dim, sel = _pair(item, "--coo-map", "DIM=SELECTOR")
+        try:
+            out[dim] = re.compile(sel[3:]) if sel.startswith("re:") else sel
+        except re.error as e:
+            raise UsageError(f"--coo-map {item!r}: {sel[3:]!r} is not a regular expression ({e})") from None
+        if not (sel.startswith("re:") or sel == "INDEX" or re.fullmatch(r"(attr|data|cf):.+|vattr:[^:]+:.+", sel)):
+            raise UsageError(f"--coo-map {item!r}: unknown selector {sel!r}; expected INDEX, attr:NAME, "
+                             "vattr:VAR:NAME, data:VAR, cf:VAR or re:PATTERN")
+    return out
+
+
+def _coo_dtypes(items: Sequence[str] | None) -> dict[str, Any]:
+    """``D=DTYPE``, each a numpy dtype (``i4``, ``f8``, ``M8[ns]``), checked before any input is read."""
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        dim, name = _pair(item, "--coo-dtype", "DIM=DTYPE")
+        try:
+            out[dim] = np.dtype(name)
+        except TypeError:
+            raise UsageError(f"--coo-dtype {item!r}: {name!r} is not a numpy dtype (such as i4, f8, M8[ns], "
+                             "U10)") from None
+    return out
+
+
+def _client(a: argparse.Namespace, n_inputs: int) -> Client | None:
+    """The Dask client for ``--scheduler``/``--workers``, else None (work in this process); without
+    either, an embedded cluster of a worker per core from ``CLUSTER_INPUTS`` inputs."""
+    from refset.combine.cluster import CLUSTER_INPUTS, local_client
+
+    if a.scheduler:
+        from distributed import Client
+
+        return Client(a.scheduler)
+    workers = a.workers if a.workers is not None else (os.cpu_count() or 1) if n_inputs >= CLUSTER_INPUTS else 0
+    return local_client(workers) if workers > 0 else None
+
+
+def _cli_words(problem: str) -> str:
+    """A combine problem in the command line's words: ``coo_map={'d': ...}`` -> ``--coo-map d=SELECTOR``."""
+    problem = re.sub(r"give coo_map=\{'([^']*)': \.\.\.\} \(e\.g\. 'INDEX', a regex on the file name, 'attr:NAME'\)",
+                     r"give --coo-map \1=SELECTOR (e.g. \1=INDEX, \1=re:PATTERN on the file name, \1=attr:NAME)",
+                     problem)
+    problem = re.sub(r"coo_map\['([^']*)'\]", r"--coo-map \1", problem)
+    return problem.replace("identical_dims names", "--identical-dims names")
+
+
+def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, Any]) -> int:
+    import time
+
+    import refset
+    from refset.errors import InvalidReferences
+
+    t0 = time.perf_counter()
+    ro = _json_arg(a.remote_options, "--remote-options") if a.remote_options is not None else None
+    options = _writer_options(a, a.output)
+    coo_map, coo_dtypes = _coo_map(a.coo_map), _coo_dtypes(a.coo_dtype)
+    if a.append and os.path.exists(a.output):
+        inputs = [a.output, *inputs]
+    else:
+        _refuse_existing(a, [a.output])
+    client = _client(a, len(inputs))
+    bar = Bar(len(inputs), "opening" if client is None else "scanning on the cluster", wanted(a.quiet))
+    try:
+        with _unused_drops(a, 1, f"any of the {len(inputs)} inputs"):
+            rs = refset.combine(inputs, concat_dims=a.concat_dim,
+                                identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
+                                coo_map=coo_map, coo_dtypes=coo_dtypes,
+                                storage_options=so, remote_options=ro, scan_options=_scan_options(a),
+                                client=client, progress=bar.update)
+    except InvalidReferences as e:
+        raise InvalidReferences([_cli_words(p) for p in e.problems]) from None
+    finally:
+        bar.close()
+        if client is not None:
+            client.close()  # and the embedded cluster with it
+    _save(rs, a.output, a, options, so)
+    if not a.quiet:
+        _summary(a.output, len(inputs), rs, t0)
+    return EXIT_OK
+
+
+def cmd_combine(a: argparse.Namespace) -> int:
+    from refset.combine import expand_lists
+
+    # a list-of-sets file counted as its items (in the progress bar and the summary)
+    return _combine_and_save(a, expand_lists(_inputs(a.inputs)), _json_arg(a.storage_options, "--storage-options"))
