@@ -43,8 +43,9 @@ class Block(Protocol):
     """Independently decoded cells ``[i * block_size, (i + 1) * block_size)`` of one array (a parquet
     record file, a packed segment). Refs carry URL strings, so a block needs no shared URL table."""
 
-    decoded: bool
-    """Whether :meth:`ref` answers without decoding (False: the first call may decompress)."""
+    @property
+    def decoded(self) -> bool:
+        """Whether :meth:`ref` answers without decoding (False: the first call may decompress)."""
 
     def ref(self, j: int) -> Ref | None:
         """The reference of cell ``j`` of the block, None when absent."""
@@ -53,9 +54,10 @@ class Block(Protocol):
 class Source(Protocol):
     """A stored form of a reference set, as the set sees it."""
 
-    metadata: Mapping[str, ArrayMetadata]
-    """Every array with a chunk table, and its metadata, known at open. Its documents (``.zarray``,
-    ``.zattrs``, ``zarr.json``) are not among the other keys: the set derives them."""
+    @property
+    def metadata(self) -> Mapping[str, ArrayMetadata]:
+        """Every array with a chunk table, and its metadata, known at open. Its documents (``.zarray``,
+        ``.zattrs``, ``zarr.json``) are not among the other keys: the set derives them."""
 
     def urls(self) -> tuple[str, ...]:
         """The URL table so far; it only grows, so a ``path_id`` handed out stays valid. Tables

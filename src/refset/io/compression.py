@@ -19,7 +19,7 @@ _IN = 1 << 20  # gzip input per step
 _ZIN = 1 << 12  # zstd input per step: one 4-byte RLE block can hold 128 KiB, so <= 128 MiB out per step
 
 
-def decompress(data: bytes, name: str = "", limit: int = DEFAULT_LIMITS.decompressed) -> bytes | bytearray:
+def decompress(data: bytes, name: str = "", limit: int = DEFAULT_LIMITS.decompressed) -> bytes:
     """Undo gzip or zstd compression, recognised by magic bytes (never by name alone). The output is
     bounded by ``limit`` bytes (``Limits.decompressed``): a bomb ends in
     InvalidReferences naming ``name`` and the limit before it takes the memory."""
@@ -30,31 +30,33 @@ def decompress(data: bytes, name: str = "", limit: int = DEFAULT_LIMITS.decompre
     return data
 
 
-def _collect(chunks: Iterator[bytes], name: str, kind: str, limit: int) -> bytearray:
+def _collect(chunks: Iterator[bytes], name: str, kind: str, limit: int) -> bytes:
     import zstandard
 
-    out = bytearray()
+    out: list[bytes] = []
+    n = 0
     try:
         for chunk in chunks:
-            if len(out) + len(chunk) > limit:
+            n += len(chunk)
+            if n > limit:
                 raise InvalidReferences(
                     f"{name}: {kind} data expands to more than {limit} bytes, the decompression limit "
                     "(limits=refset.Limits(decompressed=...) allows more)"
                 )
-            out += chunk
+            out.append(chunk)
+        return b"".join(out)
     except MemoryError:
-        n = len(out)
         del out
         raise InvalidReferences(f"{name}: out of memory decompressing {kind} data after {n} bytes") from None
     except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
         raise InvalidReferences(f"{name}: corrupt {kind} data ({e})") from e
-    return out
 
 
 def _gunzip(data: bytes) -> Iterator[bytes]:
     """Every gzip member of ``data`` in chunks of at most ``_OUT`` bytes (trailing zeros allowed)."""
     mv = memoryview(data)
-    pos, pending = 0, b""
+    pos = 0
+    pending: bytes | memoryview = b""
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     while True:
         if not pending:

@@ -4,6 +4,7 @@ references), then built into tables once."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -185,7 +186,7 @@ class Builder:
         pid = self.url_id(ref[0])
         if len(ref) == 1:
             return WHOLE, pid, 0, 0, None
-        return RANGE, pid, ref[1], ref[2], None  # type: ignore[misc]
+        return RANGE, pid, ref[1], ref[2], None
 
     def _columns(self, flat: np.ndarray, refs: list[Ref], inline: dict[int, bytes],
                  ) -> tuple[np.ndarray, ...]:
@@ -200,13 +201,16 @@ class Builder:
             refs = [r for r, b in zip(refs, is_bytes.tolist()) if not b]
             flat = flat[~is_bytes]
         n = len(refs)
+        urls: tuple[Any, ...]
+        off: Sequence[Any]
+        ln: Sequence[Any]
         if set(map(len, refs)) <= {3}:
-            urls, off, ln = zip(*refs) if n else ((), (), ())  # type: ignore[misc]
+            urls, off, ln = zip(*refs) if n else ((), (), ())
             kind = np.full(n, RANGE, np.uint64)
         else:  # whole-file references among them
-            urls = tuple(r[0] for r in refs)  # type: ignore[index]
-            off = [r[1] if len(r) == 3 else 0 for r in refs]  # type: ignore[misc]
-            ln = [r[2] if len(r) == 3 else 0 for r in refs]  # type: ignore[misc]
+            urls = tuple(r[0] for r in refs)
+            off = [r[1] if len(r) == 3 else 0 for r in refs]
+            ln = [r[2] if len(r) == 3 else 0 for r in refs]
             kind = np.array([RANGE if len(r) == 3 else WHOLE for r in refs], np.uint64)
         ids = self.url_ids
         for u in dict.fromkeys(urls):
@@ -257,7 +261,7 @@ class Builder:
             del chunks
             got = inlines.pop(path)
             inline = concat_inline(got, [i.flat for i in got])
-            tables[path] = ChunkTable.from_entries(g, *cols, inline=inline)
+            tables[path] = ChunkTable.from_entries(g, cols[0], cols[1], cols[2], cols[3], cols[4], inline=inline)
         other = KeyTable.from_items(generic)
         if key_batches:
             other = KeyTable.merged(other, key_batches)

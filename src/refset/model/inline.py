@@ -174,11 +174,15 @@ class InlineBytes(Mapping[int, bytes]):
     def __bool__(self) -> bool:
         return bool(self.flat.size)
 
+    def _flat_list(self) -> list[int]:
+        out: list[int] = self.flat.tolist()
+        return out
+
     def __iter__(self) -> Iterator[int]:
-        return iter(self.flat.tolist())
+        return iter(self._flat_list())
 
     def __reversed__(self) -> Iterator[int]:
-        return reversed(self.flat.tolist())
+        return reversed(self._flat_list())
 
     def _pos(self, key: Any) -> int:
         if isinstance(key, float):

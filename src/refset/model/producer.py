@@ -6,7 +6,7 @@ chunk index where it is."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -189,7 +189,7 @@ def array_metadata(other: KeyTable, path: str) -> ArrayMetadata | None:
     return None if text is None else ArrayMetadata.parse(V3_DOC, text)
 
 
-def grid_paths(keys: Sequence[str] | np.ndarray) -> list[str]:
+def grid_paths(keys: Iterable[str] | np.ndarray) -> list[str]:
     """Paths of arrays whose metadata documents are among ``keys`` (candidates: checked by
     :func:`array_metadata`)."""
     out: dict[str, None] = {}

@@ -20,7 +20,8 @@ def words(data: bytes) -> np.ndarray:
 
 def byte_lt(w: np.ndarray, n: int) -> np.ndarray:
     """0x80 in each byte of ``w`` whose value is < n (n <= 128)."""
-    return ~((w & _LO7) + U8((128 - n) * 0x0101010101010101)) & ~w & HI
+    out: np.ndarray = ~((w & _LO7) + U8((128 - n) * 0x0101010101010101)) & ~w & HI
+    return out
 
 
 def top_byte(flags: np.ndarray) -> np.ndarray:
@@ -33,7 +34,8 @@ def swar8(w: np.ndarray) -> np.ndarray:
     x = w - ZEROS
     x = (x * U8(10) + (x >> U8(8))) & U8(0x00FF00FF00FF00FF)
     x = (x * U8(100) + (x >> U8(16))) & U8(0x0000FFFF0000FFFF)
-    return (x * U8(10000) + (x >> U8(32))) & U8(0xFFFFFFFF)
+    out: np.ndarray = (x * U8(10000) + (x >> U8(32))) & U8(0xFFFFFFFF)
+    return out
 
 
 # _LOW[n]: the low 8-n bytes of a word (the bytes before its last n), for n = 0..8
@@ -43,12 +45,14 @@ _LOW = np.array([(1 << (8 * (8 - n))) - 1 if n else (1 << 64) - 1 for n in range
 def masked(w: np.ndarray, n: np.ndarray) -> np.ndarray:
     """Keep the last ``n`` (0..8) bytes of each word, the others become '0'."""
     low = _LOW[np.clip(n, 0, 8)]
-    return (w & ~low) | (ZEROS & low)
+    out: np.ndarray = (w & ~low) | (ZEROS & low)
+    return out
 
 
 def is_digits(w: np.ndarray) -> np.ndarray:
     hi_ok = (w & U8(0xF0F0F0F0F0F0F0F0)) == ZEROS
     lo_ok = (((w & U8(0x0F0F0F0F0F0F0F0F)) + U8(0x0606060606060606)) & U8(0xF0F0F0F0F0F0F0F0)) == 0
-    return hi_ok & lo_ok
+    out: np.ndarray = hi_ok & lo_ok
+    return out
 
 

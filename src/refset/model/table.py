@@ -459,18 +459,18 @@ def concat_tables(
     if not any(t.is_sparse for t in tables) and not sparse_grid(out.nchunks, total):
         cols = []
         for j in range(4):
-            parts = [(t._kind, t._path_id, t._offset, t._length)[j].reshape(t.grid.grid_shape)
+            grids = [(t._kind, t._path_id, t._offset, t._length)[j].reshape(t.grid.grid_shape)
                      for t in tables]
-            dt = np.result_type(*parts) if j else np.uint8
-            cols.append(np.concatenate(parts, axis=axis, dtype=dt).reshape(-1))
-        return ChunkTable(out, *cols, inline)
-    parts = []
+            dt = np.result_type(*grids) if j else np.uint8
+            cols.append(np.concatenate(grids, axis=axis, dtype=dt).reshape(-1))
+        return ChunkTable(out, cols[0], cols[1], cols[2], cols[3], inline)
+    parts: list[tuple[np.ndarray, ...]] = []
     for t, s in zip(tables, starts.tolist(), strict=True):
         f, k, p, o, ln = t.entries()
         parts.append((_move(f, t.grid.grid_shape, out.grid_shape, axis, s), k, p.astype(np.uint64),
                       o.astype(np.uint64), ln.astype(np.uint64)))
-    cols = [np.concatenate([p[j] for p in parts]) for j in range(5)]
-    return ChunkTable.from_entries(out, *cols, inline=inline)
+    f, k, p, o, ln = (np.concatenate([part[j] for part in parts]) for j in range(5))
+    return ChunkTable.from_entries(out, f, k, p, o, ln, inline=inline)
 
 
 def _move(flat: np.ndarray, src: tuple[int, ...], dst: tuple[int, ...], axis: int, shift: int) -> np.ndarray:
@@ -553,7 +553,8 @@ class KeyTable:
         last = np.ones(len(sk), bool)
         last[:-1] = sk[1:] != sk[:-1]  # equal keys keep input order: the last one wins
         order = order[last]
-        return cls(sk[last], *(c[order] for c in cols), data[order])
+        kind, pid, off, ln = (c[order] for c in cols)
+        return cls(sk[last], kind, pid, off, ln, data[order])
 
     @classmethod
     def merged_rows(cls, first: KeyTable, rows: Mapping[str, Row]) -> KeyTable:

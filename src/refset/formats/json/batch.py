@@ -42,6 +42,14 @@ _WS = b" \t\r\n"
 _NOT_WS = re.compile(rb"[^ \t\r\n]")
 
 
+def _nonspace(data: bytes, lo: int, hi: int) -> int:
+    """Position of the first byte of ``data[lo:hi]`` that is not JSON white space."""
+    found = _NOT_WS.search(data, lo, hi)
+    if found is None:
+        raise NotBatch
+    return found.start()
+
+
 class NotBatch(Exception):
     """The inputs need the generic reader."""
 
@@ -126,8 +134,8 @@ def _refs_body(data: bytes, lo: int, hi: int) -> tuple[int, int]:
             and head["version"] == 1 and set(head) <= {"version", "refs", "templates", "gen"}
             and head.get("templates", {}) == {} and head.get("gen", []) == []):
         raise NotBatch
-    colon = _NOT_WS.search(data, at + 6, hi).start()  # the document ends with "}": always found
-    p = _NOT_WS.search(data, colon + 1, hi).start()
+    colon = _nonspace(data, at + 6, hi)
+    p = _nonspace(data, colon + 1, hi)
     if data[colon] != 58:  # :
         raise NotBatch
     end = hi - 1  # the document's "}"
@@ -226,14 +234,14 @@ class _Reader:
                 url = text(v0, v1)
                 if "{{" in url:
                     raise NotBatch  # a template: Version 1 with templates, or a mistake
-                v: Ref = (url,) if whole[m] else (url, int(offset[m]), int(length[m]))
+                v: Any = (url,) if whole[m] else (url, int(offset[m]), int(length[m]))
             else:
-                raw = data[v0 - 1:v1] if v1 - v0 < MEMO_SIZE else None  # with the quote: no key's text
-                v = texts.get(raw) if raw is not None else None
+                vraw = data[v0 - 1:v1] if v1 - v0 < MEMO_SIZE else None  # with the quote: no key's text
+                v = texts.get(vraw) if vraw is not None else None
                 if v is None:
                     v = _string(doc, v0, v1, key)
-                    if raw is not None:
-                        texts[raw] = v
+                    if vraw is not None:
+                        texts[vraw] = v
             if key.endswith(META_NAMES):
                 self._meta(i, key, v)
             else:
@@ -355,7 +363,7 @@ class _Reader:
         def rows(path: str) -> Rows:
             p = self.paths.get(path)
             got = parts.get(p) if p is not None else None
-            if not got:
+            if p is None or not got:
                 z = np.zeros(0, np.int64)
                 return Rows(z, z, z.astype(np.uint8), z, z.astype(np.uint64), z.astype(np.uint64),
                             InlineBytes.empty(), np.zeros(n + 1, np.int64))
@@ -363,7 +371,7 @@ class _Reader:
             bounds = np.searchsorted(cols[0], np.arange(n + 1))
             at, values = inline.pop(p, ([], []))  # rows are built once per array: the values move
             store = InlineBytes.from_values(np.concatenate(at), values) if at else InlineBytes.empty()
-            return Rows(*cols, store, bounds)  # type: ignore[arg-type]
+            return Rows(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], store, bounds)
 
         def one_set(i: int) -> ReferenceSet:
             from refset.formats import load
@@ -376,7 +384,9 @@ class _Reader:
             for head in grids:
                 pre = f"{head}/" if head else ""
                 attrs = meta.get(pre + ".zattrs")
-                m = ArrayMetadata.parse(".zarray", meta[pre + ".zarray"], attrs if isinstance(attrs, bytes) else None)
+                doc = meta[pre + ".zarray"]
+                assert isinstance(doc, bytes)  # a grid is read from its metadata text
+                m = ArrayMetadata.parse(".zarray", doc, attrs if isinstance(attrs, bytes) else None)
                 assert m is not None  # its grid was read from the same text
                 arrays[head] = m
                 for name in m.documents():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from refset.abc.source import NOT_LOADED, NotLoaded
+from refset.abc.source import NOT_LOADED, Block, NotLoaded
 from refset.formats.json.generic import decode_json, from_document
 from refset.formats.json.plan import Plan
 from refset.formats.json.scan import Fallback
@@ -99,7 +99,7 @@ class LazyJsonSource:
     def block_size(self, path: str) -> int:
         return 0
 
-    def block(self, path: str, i: int) -> object:
+    def block(self, path: str, i: int) -> Block:
         raise KeyError(path)
 
     def count(self) -> int | None:

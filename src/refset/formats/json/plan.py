@@ -7,7 +7,7 @@ from __future__ import annotations
 import binascii
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -56,16 +56,17 @@ class Doc:
         self.data = data
         self.a = np.frombuffer(data, np.uint8)
         self.W = words(data)
-        self.q = quotes(data, self.a)
+        self.q: np.ndarray = quotes(data, self.a)
         self.nstr = self.q.size // 2
         self.first = 0
         self.members = 0
 
     def s(self, j: np.ndarray) -> np.ndarray:
-        return self.q[2 * j].astype(np.int64) + 1
+        out: np.ndarray = self.q[2 * j] + np.int64(1)
+        return out
 
     def e(self, j: np.ndarray) -> np.ndarray:
-        return self.q[2 * j + 1].astype(np.int64)
+        return np.asarray(self.q[2 * j + 1], np.int64)  # an int32 copy when the text is under 2 GiB
 
     def spans(self, m0: int, m1: int) -> tuple[np.ndarray, ...]:
         kj = self.first + 2 * np.arange(m0, m1, dtype=np.int64)
@@ -478,8 +479,8 @@ def _list_heads(doc: Doc, is_str: np.ndarray, grids: Mapping[str, Any]) -> Heads
         return None
     small: list[np.ndarray | None] = []
     for i in range(len(paths)):
-        got = [f[i][1] for f in done]
-        small.append(np.concatenate(got) if all(g is not None for g in got) else None)
+        got = [g for f in done if (g := f[i][1]) is not None]
+        small.append(np.concatenate(got) if len(got) == len(done) else None)
     return Heads(paths, small)
 
 
@@ -503,9 +504,9 @@ def _columns(
     starts = np.flatnonzero(~same_spans(doc.a, vs[rows], ve[rows]))
     run_pid = np.empty(starts.size, np.int64)
     url_id = b.url_ids
-    for r, s0 in enumerate(starts.tolist()):
+    for n, s0 in enumerate(starts.tolist()):
         u = _url(doc, int(vs[rows[s0]]), int(ve[rows[s0]]), templates)
-        run_pid[r] = url_id.setdefault(u, len(url_id))
+        run_pid[n] = url_id.setdefault(u, len(url_id))
     pid = np.repeat(run_pid, np.diff(np.append(starts, rows.size)))
     kind = np.where(whole[rows], WHOLE, RANGE).astype(np.uint8)
     for j, prefix in enumerate(names):
@@ -561,7 +562,8 @@ def _base64_lengths(a: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray |
     if bool((a[end - 3] == 61).any()):  # 61: "="; a third "=" from the end: extra padding
         return None
     pad[some] = (a[end - 1] == 61).astype(np.int64) + (a[end - 2] == 61)
-    return n // 4 * 3 - pad
+    out: np.ndarray = n // 4 * 3 - pad
+    return out
 
 
 def _inline(value: str, key: str, problems: list[str]) -> bytes:
@@ -608,7 +610,7 @@ def _string_members(doc: Doc, members: np.ndarray, b: Builder) -> dict[str, tupl
         if lens is None:
             for r in [r for r, x in enumerate(raws) if x is None]:  # inline text that is not base64
                 raws[r] = value(int(rows[r]), base64=False)
-            lens = np.fromiter(map(len, raws), np.int64, len(raws))
+            lens = np.fromiter(map(len, cast("list[bytes]", raws)), np.int64, len(raws))
         del rs, re_
         # rows grouped by array, in member order within one (a writer's order already is)
         if aid.size < 2 or bool((aid[1:] >= aid[:-1]).all()):
@@ -617,7 +619,7 @@ def _string_members(doc: Doc, members: np.ndarray, b: Builder) -> dict[str, tupl
             order = np.argsort(aid, kind="stable")
             raws = [raws[r] for r in order.tolist()]
             lens = lens[order]
-        buf, offsets = b"".join(raws), offsets_of(lens)
+        buf, offsets = b"".join(cast("list[bytes]", raws)), offsets_of(lens)
         del raws
         bounds = np.searchsorted(aid[order], np.arange(len(names) + 1)).tolist()
         for j, name in enumerate(names):

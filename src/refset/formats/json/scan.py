@@ -110,7 +110,8 @@ def parse_uints(W: np.ndarray, a: np.ndarray, s: np.ndarray, e: np.ndarray) -> n
     hi = masked(W[e - 16], n - n_lo)
     if not (np.all(is_digits(lo)) and np.all(is_digits(hi))):
         raise Fallback
-    return swar8(hi) * U8(100_000_000) + swar8(lo)
+    out: np.ndarray = swar8(hi) * U8(100_000_000) + swar8(lo)
+    return out
 
 
 def same_spans(a: np.ndarray, s: np.ndarray, e: np.ndarray, W: np.ndarray | None = None) -> np.ndarray:
@@ -184,7 +185,7 @@ def quotes(data: bytes, a: np.ndarray) -> np.ndarray:
     dt = np.int32 if a.size < 2**31 - 64 else np.int64
 
     def scan(o: int) -> np.ndarray:
-        q = np.flatnonzero(a[o : o + QUOTE_BLOCK] == 34).astype(dt) + dt(o)
+        q: np.ndarray = np.flatnonzero(a[o : o + QUOTE_BLOCK] == 34).astype(dt) + o
         cand = np.flatnonzero(a[np.maximum(q - 1, 0)] == 92)  # quotes after a backslash
         if not cand.size:
             return q

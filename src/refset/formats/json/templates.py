@@ -150,7 +150,7 @@ def _env() -> Any:
     env.refset_join = _checked_join  # type: ignore[attr-defined]
     for name, f in list(env.filters.items()):
         env.filters[name] = _checked_filter(name, f)
-    lipsum = env.globals["lipsum"]
+    lipsum: Callable[..., Any] = env.globals["lipsum"]  # type: ignore[assignment]
 
     def bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> Any:
         if not 0 <= n <= LIPSUM_MAX or not 0 <= max <= 1000:

@@ -222,7 +222,7 @@ def _inline_members(out: list[str], keys: list[str], at: np.ndarray, inline: Inl
     b2a = binascii.b2a_base64
     for i, a, b, text in zip(at.tolist(), starts.tolist(), ends.tolist(),
                              _ascii(inline.data, pos, starts, ends).tolist(), strict=True):
-        if text and (b - a < 7 or data[a:a + 7] != b"base64:"):
+        if text and (b - a < 7 or bytes(data[a:a + 7]) != b"base64:"):
             out[i] = f'"{keys[i]}":{enc(data[a:b].tobytes().decode("ascii")).decode()}'
         else:
             out[i] = f'"{keys[i]}":"base64:{b2a(data[a:b], newline=False).decode("ascii")}"'
@@ -232,7 +232,7 @@ def _ascii(data: bytes, pos: np.ndarray, starts: np.ndarray, ends: np.ndarray) -
     """Whether each value (at buffer positions ``pos``) is ASCII, by one ``reduceat`` over the
     buffer: the inline values of a block of a table's entries are consecutive positions (a table's
     inline chunks are exactly its INLINE rows), so the segments between their starts are the values."""
-    out = ends == starts
+    out: np.ndarray = ends == starts
     full = np.flatnonzero(~out)
     if full.size:
         raw = np.frombuffer(data, np.uint8, int(ends[-1]))

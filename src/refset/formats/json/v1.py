@@ -138,7 +138,7 @@ def _check_gen(
                 if "stop" not in d:
                     problems.append(f"{dat}: \"stop\" is required")
                     continue
-                vals = {k: d.get(k, dflt) for k, dflt in (("start", 0), ("stop", None), ("step", 1))}
+                vals: dict[str, Any] = {k: d.get(k, dflt) for k, dflt in (("start", 0), ("stop", None), ("step", 1))}
                 wrong = [k for k, v in vals.items() if not is_int(v)]
                 if wrong:
                     problems.append(f"{dat}.{wrong[0]}: must be an integer, got {json.dumps(vals[wrong[0]])}")
@@ -271,7 +271,7 @@ def _int_column(parts: list[Part], total: int) -> np.ndarray:
 def _strings(parts: list[Part], total: int) -> np.ndarray:
     from numpy.dtypes import StringDType
 
-    acc = np.full(total, "", dtype=StringDType())
+    acc: np.ndarray = np.full(total, "", dtype=StringDType())
     for p in parts:
         if isinstance(p, str):
             acc = np.strings.add(acc, p)

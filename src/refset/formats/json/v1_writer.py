@@ -110,7 +110,7 @@ def _run_mask(n: int, runs: np.ndarray) -> np.ndarray:
 
 
 def _paying_runs(
-    urls: tuple[str, ...], entries: dict[str, tuple[np.ndarray, ...]], ndims: dict[str, int],
+    urls: tuple[str, ...], entries: Mapping[str, tuple[np.ndarray, ...]], ndims: dict[str, int],
     runs: dict[str, np.ndarray], names: dict[int, str],
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Keep the runs whose gen entry is shorter than the reference lines it replaces."""
@@ -161,7 +161,7 @@ def v1_document(rs: ReferenceSet, *, gen: bool = False) -> dict[str, Any]:
         for key, k, p, of, n, d in zip(keys, kind.tolist(), pid.tolist(), off.tolist(), ln.tolist(),
                                        data, strict=True):
             if k == INLINE:
-                refs[key] = encode_inline(d)  # type: ignore[arg-type]
+                refs[key] = encode_inline(d)
             elif k == WHOLE:
                 refs[key] = [spelled[p]]
             elif k == RANGE:

@@ -43,4 +43,4 @@ class PackedForm(StoredForm):
         # docstring inherited
         from refset.formats.packed.file import write_packed
 
-        write_packed(rs, dest, storage_options=storage_options, **options)
+        write_packed(rs, dest, storage_options=dict(storage_options or {}) or None, **options)

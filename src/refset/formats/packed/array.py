@@ -50,7 +50,8 @@ class Segment(NamedTuple):
 
 
 def _located(kind: np.ndarray) -> np.ndarray:
-    return (kind == RANGE) | (kind == WHOLE)
+    out: np.ndarray = (kind == RANGE) | (kind == WHOLE)
+    return out
 
 
 def encode_segment(
@@ -160,7 +161,7 @@ def decode_segment(r: BlockReader, lo: int, nurls: int, cells: int) -> Segment:
         kp = kp64.astype(np.uint8)
     located = None if flags & ALL_RANGE else _located(kp)
     every = located is None or bool(located.all())  # every present cell is a file reference
-    n = npresent if every else int(np.count_nonzero(located))
+    n = npresent if located is None or every else int(np.count_nonzero(located))
     nruns = r.count(n, "run count")
     if (nruns == 0) != (n == 0):
         raise r.fail(f"{nruns} runs for {n} located chunks")

@@ -451,9 +451,9 @@ class PackedSource:
                 seg = decoded(i)
                 parts.append((seg.rel + i * step, seg.kind, seg.path_id, seg.offset, seg.length))
                 inline.update(seg.inline)
-            cols = [np.concatenate([p[j] for p in parts]) if parts else np.zeros(0, np.int64)
-                    for j in range(5)]
-            return ChunkTable(g, *cols[1:], inline, flat=cols[0])
+            f, k, p, o, ln = (np.concatenate([part[j] for part in parts]) if parts else np.zeros(0, np.int64)
+                              for j in range(5))
+            return ChunkTable(g, k, p, o, ln, inline, flat=f)
         # the dtypes ChunkTable would compact to, known from the index: no second pass
         kind = np.zeros(n, np.uint8)
         pid = np.zeros(n, min_uint(max(len(self._urls) - 1, 0)))

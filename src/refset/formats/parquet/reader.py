@@ -127,7 +127,7 @@ class _Record:
         return None
 
 
-_EMPTY_RECORD = _Record(*(np.zeros(0, np.uint8),) * 4, {}, 0, [])  # type: ignore[call-arg]
+_EMPTY_RECORD = _Record(*(np.zeros(0, np.uint8),) * 4, {}, 0, [])
 
 
 def _column(table: pa.Table, name: str) -> pa.Array | None:
@@ -141,7 +141,8 @@ def _valid(arr: pa.Array) -> np.ndarray:
     """Boolean numpy mask of non-null entries (a BooleanArray's to_numpy would import pandas)."""
     import pyarrow as pa
 
-    return arr.is_valid().cast(pa.uint8()).to_numpy().view(np.bool_)
+    out: np.ndarray = arr.is_valid().cast(pa.uint8()).to_numpy().view(np.bool_)
+    return out
 
 
 def _int_column(table: pa.Table, name: str, n: int, where: str) -> np.ndarray:
@@ -154,7 +155,7 @@ def _int_column(table: pa.Table, name: str, n: int, where: str) -> np.ndarray:
         raise InvalidReferences(f"{where}: column {name!r} must be integers, got {col.type}")
     if col.null_count:
         col = col.fill_null(0)
-    a = col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    a: np.ndarray = col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     if a.size and a.min() < 0:
         raise InvalidReferences(f"{where}: column {name!r} has negative values")
     return a
@@ -376,7 +377,7 @@ class ParquetSource:
                           rec.length[rows]))
             inline.update({lo + i: b for i, b in rec.inline.items() if lo + i < n})
         cols = [np.concatenate([p[j] for p in parts]) if parts else np.zeros(0, np.int64) for j in range(5)]
-        return ChunkTable.from_entries(g, *cols, inline=inline)
+        return ChunkTable.from_entries(g, cols[0], cols[1], cols[2], cols[3], cols[4], inline=inline)
 
 
 def _set_aside(store: ByteStore) -> tuple[ByteStore, bytes] | None:
@@ -387,7 +388,7 @@ def _set_aside(store: ByteStore) -> tuple[ByteStore, bytes] | None:
         from refset.io.atomic import remote_leftovers
 
         for t in remote_leftovers(store.fs, store.root):
-            aside = FsspecStore(store.fs.unstrip_protocol(t), fs=store.fs)
+            aside: ByteStore = FsspecStore(store.fs.unstrip_protocol(t), fs=store.fs)
             try:
                 return aside, aside.read(".zmetadata")
             except FileNotFoundError:
@@ -471,4 +472,4 @@ def read_parquet(
         problems.append(f"{source}/.zmetadata: 'record_size' must be a positive integer, got {size!r}")
     if problems:
         raise InvalidReferences(problems)
-    return ParquetSource(store, meta, size, source=source, checksums=sums)
+    return ParquetSource(store, meta, int(size or 0), source=source, checksums=sums)

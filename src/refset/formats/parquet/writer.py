@@ -294,7 +294,7 @@ def _check_level(compression: str, level: int | None) -> None:
     if lo is None:
         raise InvalidOption(f"parquet option compression_level={level!r}: compression {compression!r} "
                             f"takes no level (zstd 1-22, gzip 1-9, brotli 0-11 do)")
-    if not lo <= level <= hi:
+    if hi is None or not lo <= level <= hi:
         raise InvalidOption(f"parquet option compression_level={level!r}: expected an integer from "
                             f"{lo} to {hi} for compression {compression!r}")
 
