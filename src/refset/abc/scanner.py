@@ -44,6 +44,12 @@ class Scanner(ABC):
     #: The options this instance was made with (it pickles as them: a run's memos stay behind).
     config: dict[str, Any]
 
+    def __init__(self, **options: Any) -> None:
+        """Keyword options only: ``inline_threshold``, ``drop_variables`` and ``subchunk`` (every
+        scanner takes them, :func:`refset.scan.writer.common_options` checks them) and the class's
+        :attr:`options`. Note to implementers: keep what you were given in :attr:`config`."""
+        self.config = dict(options)
+
     @classmethod
     @abstractmethod
     def sniff(cls, head: bytes) -> bool:

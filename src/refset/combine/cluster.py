@@ -114,7 +114,8 @@ def _frame(obj: Any) -> bytes:
     except Exception:
         import cloudpickle
 
-        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        out: bytes = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        return out
 
 
 def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str], identical: Sequence[str],
@@ -177,7 +178,8 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
                     _combine_batch, [e[2] for e in parts], dims, identical, {}, coo_dtypes, target,
                     check, ro, f"part of inputs {parts[0][0]}...", pure=False)))
             level = nxt
-    return pickle.loads(client.gather(level[0][2]))[0]
+    rs: ReferenceSet = pickle.loads(client.gather(level[0][2]))[0]
+    return rs
 
 
 def _is_data(sel: Any) -> bool:

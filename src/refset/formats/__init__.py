@@ -102,7 +102,7 @@ def save(
     refs: Any,
     dest: str | os.PathLike[str],
     *,
-    format: Format | None = None,
+    format: Format | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import pickle
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -79,7 +79,7 @@ class FormTests:
     def written(self, tmp_path: Path, name: str, doc: Mapping[str, Any]) -> str:
         dest = self.dest(tmp_path, name)
         # a plugin's form name too: save's Literal names only the built-in forms
-        refset.save(doc, dest, format=self.form.name)  # type: ignore[arg-type]
+        refset.save(doc, dest, format=self.form.name)
         return dest
 
     def test_writes_and_reads_back_exactly(self, tmp_path: Path) -> None:
@@ -127,8 +127,7 @@ class FormTests:
 
     def test_writer_options_are_checked_before_any_work(self, tmp_path: Path) -> None:
         with pytest.raises(refset.errors.InvalidOption, match=f"format {self.form.name!r} has no option"):
-            # a plugin's form name too: save's Literal names only the built-in forms
-            refset.save(self.documents()["dense"], self.dest(tmp_path, "x"), format=self.form.name,  # type: ignore[arg-type]
+            refset.save(self.documents()["dense"], self.dest(tmp_path, "x"), format=self.form.name,
                         no_such_option=1)
         assert not list(tmp_path.iterdir())
 
@@ -183,11 +182,11 @@ class ScannerTests:
         with pytest.warns(UnusedDropWarning, match="no_such_variable"):
             with _scan_file(path) as f:
                 # every scanner takes the common options (Scanner.options); the abstract class declares no constructor
-                cast("Callable[..., Scanner]", self.scanner)(drop_variables=["no_such_variable"])(f)
+                self.scanner(drop_variables=["no_such_variable"])(f)
 
     def test_pickles_as_its_options(self, tmp_path: Path) -> None:
         # every scanner takes the common options (Scanner.options); the abstract class declares no constructor
-        s = cast("Callable[..., Scanner]", self.scanner)(inline_threshold=7)
+        s = self.scanner(inline_threshold=7)
         again = pickle.loads(pickle.dumps(s))
         assert type(again) is self.scanner and again.config == s.config
         path = next(iter(self.make_files(tmp_path)))
