@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from refset.io.scanfile import ScanFile
     from refset.model.refset import ReferenceSet
-    from refset.scan.file import ScanFile
 
 __all__ = ["Scanner", "HEAD"]
 

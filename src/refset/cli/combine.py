@@ -117,7 +117,7 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
 
 
 def cmd_combine(a: argparse.Namespace) -> int:
-    from refset.combine import expand_lists
+    from refset.combine.inputs import expand_lists
 
     # a list-of-sets file counted as its items (in the progress bar and the summary)
     return _combine_and_save(a, expand_lists(_inputs(a.inputs)), _json_arg(a.storage_options, "--storage-options"))

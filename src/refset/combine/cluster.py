@@ -63,7 +63,7 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
                 scan_options: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[set[str]]]:
     """Inputs ``start...`` opened (scanned, with ``scan_options``) with ``so``, each one's coordinate
     values and attributes (data read with ``ro``), and the names to drop each one lacked."""
-    from refset.combine import open_input
+    from refset.combine.inputs import open_input
     from refset.scan import Scan, UnusedDropWarning
 
     sets, coords, unused = [], [], []
@@ -141,11 +141,11 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
 
         for f in as_completed(pending):
             progress(min(size, n - size * pending.index(f)))
-    from refset.combine import _warn_unused
+    from refset.combine.inputs import warn_unused
 
     parts = [pickle.loads(p) for p in client.gather(pending)]
     info = [c for part, _ in parts for c in part]
-    _warn_unused([u for _, us in parts for u in us])
+    warn_unused([u for _, us in parts for u in us])
     target = {d: info[0][k][1] for k, d in enumerate(dims) if is_cf_time(info[0][k][1])}
     keys = []
     for k, d in enumerate(dims):

@@ -18,16 +18,17 @@ from refset.abc.format import StoredForm
 from refset.errors import InvalidOption, InvalidReferences, Unsupported
 from refset.io.local import is_local, local_path
 from refset.io.magic import (
+    HEAD_SIZE,
     PACKED_MAGIC,
     PARQUET_MAGIC,
-    ZARR_STORE_FILES,
     data_format,
     file_reader,
     starts_like_refs,
+    zarr_store_problem,
 )
 
 __all__ = ["FORMATS", "forms", "by_name", "for_dest", "detect", "looks_like_refs", "ENTRY_POINTS",
-           "detect_with_head", "HEAD_SIZE", "COMPRESSION_SUFFIXES"]
+           "detect_with_head", "COMPRESSION_SUFFIXES"]
 
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
 
@@ -63,16 +64,6 @@ def _refuse_zmetadata(source: str, storage_options: Mapping[str, Any] | None) ->
         raise InvalidReferences(f"{source}: is the .zmetadata of a zarr store, not a reference set: open "
                                 f"the store, {directory}, with zarr or xarray.open_zarr")
 
-
-def zarr_store_problem(source: str, has: Callable[[str], bool]) -> str | None:
-    """The message for a zarr store given where a reference set was expected (``has(name)``: whether
-    the directory holds ``name``), else None."""
-    found = [n for n in ZARR_STORE_FILES if has(n)]
-    if not found:
-        return None
-    return (f"{source}: is a zarr store ({found[0]}), not a reference set: open it with zarr or "
-            "xarray.open_zarr (refset reads reference sets: JSON, a parquet directory with "
-            ".zmetadata holding record_size, or packed)")
 
 
 #: The entry-point group other packages add stored forms to (``name = "package.module:FormClass"``).
@@ -162,7 +153,6 @@ def _local(source: str, storage_options: Mapping[str, Any] | None) -> str | None
     return local_path(source) if is_local(source, storage_options) else None
 
 
-HEAD_SIZE = 1 << 16  # bytes read to detect a remote format; the reader starts from them
 
 
 def detect(source: str, storage_options: Mapping[str, Any] | None = None) -> StoredForm:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["PACKED_MAGIC", "GZIP_MAGIC", "ZSTD_MAGIC", "HDF5_MAGIC", "NETCDF3_MAGIC", "PARQUET_MAGIC",
-           "ZARR_STORE_FILES", "file_reader", "data_format", "starts_like_refs", "is_data_file",
+           "ZARR_STORE_FILES", "HEAD_SIZE", "zarr_store_problem", "file_reader", "data_format", "starts_like_refs", "is_data_file",
            "hdf5_superblock"]
 
 PACKED_MAGIC = b"\x89RFSPK\r\n"
@@ -19,6 +19,8 @@ HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"  # at 0, or at 512, 1024, 2048, ... after a us
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
 PARQUET_MAGIC = b"PAR1"
 ZARR_STORE_FILES = (".zgroup", ".zarray", "zarr.json")
+#: Bytes read to tell a remote set's format; its reader starts from them (all of a shorter file).
+HEAD_SIZE = 1 << 16
 
 
 def file_reader(f: Any) -> Callable[[int, int], bytes]:
@@ -65,3 +67,12 @@ def is_data_file(read_at: Callable[[int, int], bytes], size: int) -> bool:
     return not starts_like_refs(read_at(0, 16)) and data_format(read_at, size) is not None
 
 
+def zarr_store_problem(source: str, has: Callable[[str], bool]) -> str | None:
+    """The message for a zarr store given where a reference set was expected (``has(name)``: whether
+    the directory holds ``name``), else None."""
+    found = [n for n in ZARR_STORE_FILES if has(n)]
+    if not found:
+        return None
+    return (f"{source}: is a zarr store ({found[0]}), not a reference set: open it with zarr or "
+            "xarray.open_zarr (refset reads reference sets: JSON, a parquet directory with "
+            ".zmetadata holding record_size, or packed)")

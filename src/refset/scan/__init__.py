@@ -17,9 +17,9 @@ from refset.abc.scanner import Scanner
 from refset.errors import Unsupported
 from refset.io.local import is_local, local_path
 from refset.io.magic import ZARR_STORE_FILES, file_reader, starts_like_refs
+from refset.io.scanfile import HEAD_BYTES, ScanFile
 from refset.io.store import LocalStore, open_store
 from refset.model.refset import ReferenceSet
-from refset.scan.file import HEAD_BYTES, ScanFile
 from refset.scan.writer import INLINE_THRESHOLD, UnusedDropWarning
 
 __all__ = ["scan", "Scan", "INLINE_THRESHOLD", "UnusedDropWarning", "detect_scanner"]

@@ -195,7 +195,7 @@ class ScannerTests:
 
 
 def _scan_file(path: Path) -> Any:
+    from refset.io.scanfile import ScanFile
     from refset.io.store import open_store
-    from refset.scan.file import ScanFile
 
     return ScanFile(open_store(str(path.resolve())), name=str(path.resolve()))

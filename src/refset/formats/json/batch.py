@@ -374,9 +374,7 @@ class _Reader:
             return Rows(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], store, bounds)
 
         def one_set(i: int) -> ReferenceSet:
-            from refset.formats import load
-
-            return load(items[i], storage_options=so)
+            return open_json(os.fspath(items[i]), dict(so))
 
         metadata: list[dict[str, ArrayMetadata]] = []
         for meta, grids in zip(self.meta, self.grids, strict=True):
@@ -393,6 +391,16 @@ class _Reader:
                     del meta[pre + name]  # derived from the metadata from now on
             metadata.append(arrays)
         return SetStack([os.fspath(x) for x in items], list(self.url_ids), metadata, self.meta, rows, one_set)
+
+
+def open_json(path: str, storage_options: dict[str, Any]) -> ReferenceSet:
+    """One input of a batch as a set of its own (a batch's inputs are JSON reference files), which
+    pickles as its path."""
+    from refset.formats.json.read import read_json
+
+    path = os.path.abspath(path)  # reopened by a Dask worker from any directory
+    return ReferenceSet(read_json(path, storage_options=storage_options),
+                        origin=(open_json, (path, storage_options), {}))
 
 
 _Parsed = tuple[Doc, np.ndarray, tuple[np.ndarray, ...], tuple[Any, ...]]

@@ -97,8 +97,8 @@ def read_json(
 ) -> Source:
     """Open a JSON reference set (plain, gzip or zstd, recognised from the content). ``head``: the
     file's first bytes when already read; a head shorter than ``HEAD_SIZE`` is the whole file."""
-    from refset.formats.registry import HEAD_SIZE
     from refset.io.compression import decompress
+    from refset.io.magic import HEAD_SIZE
     from refset.io.store import read_bytes
 
     if options:

@@ -411,7 +411,7 @@ def _set_aside(store: ByteStore) -> tuple[ByteStore, bytes] | None:
 
 def _zarr_store_problem(source: str, store: ByteStore) -> str | None:
     """What to say when ``source`` (not a parquet reference set) is a zarr store."""
-    from refset.formats.registry import zarr_store_problem
+    from refset.io.magic import zarr_store_problem
 
     def has(name: str) -> bool:
         try:

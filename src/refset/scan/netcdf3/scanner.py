@@ -15,8 +15,8 @@ import numpy as np
 
 from refset.abc.scanner import Scanner
 from refset.errors import Unsupported
+from refset.io.scanfile import ScanFile
 from refset.model.refset import ReferenceSet
-from refset.scan.file import ScanFile
 from refset.scan.netcdf3.header import MAGIC, Variable, read_header
 from refset.scan.writer import (
     INLINE_THRESHOLD,
