@@ -143,3 +143,17 @@ def test_the_check_sees_a_cycle_and_a_layer_breach(tmp_path, monkeypatch):
                   test_no_import_cycles):
         with pytest.raises(AssertionError):
             check()
+
+
+def test_import_refset_loads_its_names_on_first_use():
+    """``import refset`` loads the errors and Limits only; a name imports its module when first used,
+    and the functions refset.scan and refset.combine stay functions after their packages load."""
+    import subprocess
+
+    code = ("import sys, refset; print(sorted(m for m in sys.modules if m.startswith('refset'))); "
+            "import refset.scan.hdf5, refset.combine.cluster; from refset import scan; "
+            "print(callable(refset.scan), callable(refset.combine), scan is refset.scan, "
+            "refset.load({'a': ['u', 1, 2]})['a'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["['refset', 'refset.errors', 'refset.options']",
+                                       "True True True ('u', 1, 2)"]

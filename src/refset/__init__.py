@@ -1,24 +1,29 @@
 """refset: kerchunk-style reference sets, columnar in memory, in every spec format and a packed one.
 
-``import refset`` loads numpy and msgspec only; zarr, xarray, h5py, pyarrow, fsspec and jinja2 load
-when first needed.
+``import refset`` loads the error classes and :class:`Limits` only; each name below imports its module
+on first use (PEP 562), so a command's start-up, a Dask worker's unpickling and ``refset --help``
+pay only for what they touch. numpy and msgspec load with the model; zarr, xarray, h5py, pyarrow,
+fsspec and jinja2 when first needed.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
-from refset.combine import combine
 from refset.errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
-from refset.formats import load, save
-from refset.model.keys import ChunkGrid
-from refset.model.refset import ReferenceSet
-from refset.model.table import ChunkTable, KeyTable, concat_tables, union_urls
-from refset.model.transforms import rename_urls
 from refset.options import Limits
-from refset.scan import scan
 
 if TYPE_CHECKING:
+    from refset.combine import combine
+    from refset.formats import load, save
+    from refset.model.keys import ChunkGrid
+    from refset.model.refset import ReferenceSet
+    from refset.model.table import ChunkTable, KeyTable, concat_tables, union_urls
+    from refset.model.transforms import rename_urls
+    from refset.scan import scan
     from refset.serve.fsspec import ReferenceFileSystem
     from refset.serve.zarr import ZarrStore
 
@@ -46,6 +51,23 @@ __all__ = [
     "ReferenceNotReachable",
 ]
 
+#: Where each public name lives (imported when first asked for).
+_HOME = {
+    "load": "refset.formats",
+    "save": "refset.formats",
+    "scan": "refset.scan",
+    "combine": "refset.combine",
+    "ReferenceSet": "refset.model.refset",
+    "ChunkTable": "refset.model.table",
+    "KeyTable": "refset.model.table",
+    "concat_tables": "refset.model.table",
+    "union_urls": "refset.model.table",
+    "ChunkGrid": "refset.model.keys",
+    "rename_urls": "refset.model.transforms",
+    "ReferenceFileSystem": "refset.serve.fsspec",
+    "ZarrStore": "refset.serve.zarr",
+}
+
 
 def open_dataset(source: Any, **kwargs: Any) -> Any:
     """Open a reference set as an ``xarray.Dataset`` (see :mod:`refset.serve.xarray`)."""
@@ -55,16 +77,28 @@ def open_dataset(source: Any, **kwargs: Any) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "ReferenceFileSystem":
-        from refset.serve.fsspec import ReferenceFileSystem
-
-        return ReferenceFileSystem
-    if name == "ZarrStore":
-        from refset.serve.zarr import ZarrStore
-
-        return ZarrStore
-    raise AttributeError(f"module 'refset' has no attribute {name!r}")
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'refset' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
 
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """``refset.scan`` and ``refset.combine`` are functions that share their names with the packages
+    holding them. Importing a submodule sets the parent's attribute to it, which would hide the
+    function once anything imported the package; that assignment is refused here (the package itself
+    stays in ``sys.modules`` for ``from refset.scan import Scan``)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("scan", "combine") and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
