@@ -21,8 +21,9 @@ from refset.combine.decoding import (
 from refset.combine.values import attributes_of, read_arrays
 from refset.errors import InvalidReferences, Unsupported
 from refset.model.array import Array
+from refset.model.dtypes import dtype_json
 from refset.model.inline import positions_in
-from refset.model.metadata import ArrayMetadata, dtype_json
+from refset.model.metadata import ArrayMetadata
 from refset.model.refset import ReferenceSet
 from refset.model.stack import Rows, SetStack, inline_rows
 from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable, KeyTable

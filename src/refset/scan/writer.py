@@ -17,9 +17,10 @@ import numpy as np
 
 from refset.errors import InvalidReferences, Unsupported
 from refset.model.array import Array
+from refset.model.dtypes import fill_json
 from refset.model.inline import InlineBytes
 from refset.model.keys import ChunkGrid
-from refset.model.metadata import ArrayMetadata, fill_json
+from refset.model.metadata import ArrayMetadata
 from refset.model.refset import ReferenceSet
 from refset.model.table import INLINE, RANGE, ChunkTable, sparse_grid
 
