@@ -15,7 +15,7 @@ import pytest
 
 import refset
 from refset.scan import Scan
-from refset.scan.hdf5.meta import NotNative
+from refset.scan.hdf5.base import NotNative
 from refset.scan.hdf5.scanner import HDF5Scanner
 from refset.scan.writer import DropList
 
@@ -331,7 +331,7 @@ def test_metadata_checksum_matches_libhdf5s_on_every_tail_length() -> None:
     every length modulo 12, and on the known value of the empty input."""
     import os
 
-    from refset.scan.hdf5 import meta as m
+    from refset.scan.hdf5 import checksum as m
 
     c = m._libhdf5_lookup3()
     assert c is not None, "H5_checksum_lookup3 not found through h5py"
@@ -354,11 +354,11 @@ def test_local_scan_imports_neither_fsspec_nor_h5py(tmp_path: Path) -> None:
     code = (
         "import json, sys, refset\n"
         "from refset.scan import Scan\n"
-        "from refset.scan.hdf5 import meta as _h5meta\n"
+        "from refset.scan.hdf5 import checksum as _h5checksum\n"
         "from refset.scan.hdf5.scanner import HDF5Scanner\n"
         "run = Scan()\n"
         "rs = run('~/day.nc')\n"
-        "print(json.dumps([run.scanner(HDF5Scanner).fallbacks, _h5meta._checksum in (None, _h5meta.lookup3),\n"
+        "print(json.dumps([run.scanner(HDF5Scanner).fallbacks, _h5checksum._checksum in (None, _h5checksum.lookup3),\n"
         "                  sorted(m for m in ('fsspec', 'h5py') if m in sys.modules),\n"
         "                  sorted({rs.urls[0]})]))\n"
     )
@@ -420,6 +420,7 @@ def _amplified(tmp_path: Path, kind: str) -> Path:
     import struct
 
     from refset.scan.hdf5 import meta as m
+    from refset.scan.hdf5.base import UNDEF
 
     src = tmp_path / "src.h5"
     with h5py.File(src, "w", libver="earliest") as f:
@@ -437,7 +438,7 @@ def _amplified(tmp_path: Path, kind: str) -> Path:
         new_snod = len(buf)
         buf += b"SNOD\x01\x00" + struct.pack("<H", 1000) + entry * 1000
         new_tree = len(buf)
-        buf += b"TREE\x00\x00" + struct.pack("<H", 1000) + struct.pack("<QQ", m.UNDEF, m.UNDEF)
+        buf += b"TREE\x00\x00" + struct.pack("<H", 1000) + struct.pack("<QQ", UNDEF, UNDEF)
         buf += struct.pack("<Q", 0) + b"".join(struct.pack("<QQ", new_snod, 0) for _ in range(1000))
         i = 0
         while (i := buf.find(st, i)) >= 0:  # the root's header and the superblock's cached copy
@@ -447,7 +448,7 @@ def _amplified(tmp_path: Path, kind: str) -> Path:
         n_inner, n_leaf = 200, 20_000
         inner = len(buf)
         leaves = inner + 24 + 32 * n_inner + 40
-        buf += b"TREE\x01\x01" + struct.pack("<H", n_inner) + struct.pack("<QQ", m.UNDEF, m.UNDEF)
+        buf += b"TREE\x01\x01" + struct.pack("<H", n_inner) + struct.pack("<QQ", UNDEF, UNDEF)
         buf += b"".join(struct.pack("<IIQQQ", 0, 0, 0, 0, leaves + 32 * k) for k in range(n_inner)) + b"\0" * 40
         region = bytearray(32 * (n_inner + n_leaf) + 64)
         for k in range(n_inner):

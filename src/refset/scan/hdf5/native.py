@@ -1,6 +1,7 @@
-"""The walk's view of an HDF5 file read natively (:mod:`.meta`): groups, datasets and attributes
-as :class:`~.walk.Walker` asks for them, with h5py's values and types. Whatever would need data reads
-(compact data, variable-length string data, re-encoding) or is not understood raises ``NotNative``."""
+"""The walk's view of an HDF5 file read natively (:mod:`.meta`, :mod:`.messages`, :mod:`.dense`):
+groups, datasets and attributes as :class:`~.walk.Walker` asks for them, with h5py's values and types.
+Whatever would need data reads (compact data, variable-length string data, re-encoding) or is not
+understood raises ``NotNative``."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Any, cast
 
 import numpy as np
 
-from refset.scan.hdf5 import meta as m
-from refset.scan.hdf5.meta import UNDEF, NotNative, _need
+from refset.scan.hdf5 import messages as message
+from refset.scan.hdf5.base import UNDEF, NotNative, need
+from refset.scan.hdf5.dense import dense_messages
+from refset.scan.hdf5.meta import H5File
 
 __all__ = ["NotNative", "open_native"]
 
@@ -19,14 +22,14 @@ def open_native(f: Any, size: int, start: int, group: str | None,
                 templates: dict[Any, Any] | None = None) -> NativeNode:
     """The root (or ``group``) of the file at ``f``; ``templates``: the object headers parsed in earlier
     files of the run (see :func:`~.meta.read_header`), added to as the file is read."""
-    h5 = m.H5File(f, size, start, templates)
+    h5 = H5File(f, size, start, templates)
     node = NativeNode(h5, h5.root)
     for part in (group or "").strip("/").split("/"):
         if part:
             found = [c for n, _k, c, _t in node.links() if n == part]
-            _need(len(found) == 1 and found[0].is_group, "group option")
+            need(len(found) == 1 and found[0].is_group, "group option")
             node = found[0]
-    _need(node.is_group, "root is not a group")
+    need(node.is_group, "root is not a group")
     return node
 
 
@@ -35,13 +38,13 @@ _MEMO_HEAP_BYTES = 1024
 
 
 class NativeNode:
-    def __init__(self, h5: m.H5File, addr: int) -> None:
+    def __init__(self, h5: H5File, addr: int) -> None:
         self.h5, self.key = h5, addr
         self.hdr = h5.header(addr)
         self.variant: tuple[Any, ...] | None = None  # set by attrs()
         self.is_group = any(t in (0x02, 0x06, 0x11) for t, *_ in self.hdr.msgs)
         self.is_dataset = self.hdr.find(0x08) is not None
-        _need(self.is_group != self.is_dataset, "neither group nor dataset")
+        need(self.is_group != self.is_dataset, "neither group nor dataset")
         if self.is_dataset:
             self._dataset()
 
@@ -53,24 +56,24 @@ class NativeNode:
         info = self.hdr.find(0x02)
         pairs: list[tuple[bytes, int, int | None]] | None  # (name, address, creation order)
         if st is not None:
-            _need(info is None and not self.hdr.all(0x06), "mixed group storage")
+            need(info is None and not self.hdr.all(0x06), "mixed group storage")
             btree, heap = np.frombuffer(st, "<u8", 2).tolist()
             pairs = [(name, addr, None) for name, addr in self.h5.symbol_table_links(btree, heap)]
         else:
-            heap, index = m.dense_address(info, 8) if info is not None else (UNDEF, UNDEF)
+            heap, index = message.dense_address(info, 8) if info is not None else (UNDEF, UNDEF)
             pairs = self.hdr.memo.get("links")
             if pairs is None:
-                pairs = [m.link(b) for _o, b in self.hdr.all(0x06)]
+                pairs = [message.link(b) for _o, b in self.hdr.all(0x06)]
                 if heap == UNDEF:  # all in the header: kept with it
                     self.hdr.memo["links"] = pairs
             if heap != UNDEF:
-                _need(not pairs, "links both compact and dense")
-                pairs = [m.link(b) for _o, b in m.dense_messages(self.h5, heap, index, 5)]
+                need(not pairs, "links both compact and dense")
+                pairs = [message.link(b) for _o, b in dense_messages(self.h5, heap, index, 5)]
         names = [p[0] for p in pairs]
-        _need(len(set(names)) == len(names), "duplicate link names")
+        need(len(set(names)) == len(names), "duplicate link names")
         if info is not None and info[1] & 0x01:  # creation order tracked
             orders = [p[2] for p in pairs]
-            _need(None not in orders and len(set(orders)) == len(orders), "link creation order")
+            need(None not in orders and len(set(orders)) == len(orders), "link creation order")
             pairs = sorted(pairs, key=lambda p: cast(int, p[2]))  # no None: checked just above
         else:
             pairs = sorted(pairs)
@@ -120,18 +123,18 @@ class NativeNode:
         heap, in h5py's order; whether they depend on anything outside the header)."""
         info = self.hdr.find(0x15)
         messages = self.hdr.all(0x0C)
-        heap, index = m.dense_address(info, 1) if info is not None else (UNDEF, UNDEF)
+        heap, index = message.dense_address(info, 1) if info is not None else (UNDEF, UNDEF)
         outside = heap != UNDEF
         if outside:
-            _need(not messages, "attributes both compact and dense")
-            messages = m.dense_messages(self.h5, heap, index, 8)
+            need(not messages, "attributes both compact and dense")
+            messages = dense_messages(self.h5, heap, index, 8)
         items = []
         for order, body in messages:
-            bname, dt, sp, data = m.attribute(body)
+            bname, dt, sp, data = message.attribute(body)
             items.append((order if self.hdr.track_attr_order else 0, bname, dt, sp, data))
         items.sort(key=lambda x: (x[0], x[1]))
         if self.hdr.track_attr_order:
-            _need(len({x[0] for x in items}) == len(items), "attribute creation order")
+            need(len({x[0] for x in items}) == len(items), "attribute creation order")
         out: list[tuple[str, Any, Any]] = []
         seen: set[str] = set()
         for _o, bname, dt, sp, data in items:
@@ -139,43 +142,43 @@ class NativeNode:
                 name = bname.decode()
             except UnicodeDecodeError:
                 raise NotNative("attribute name not UTF-8") from None
-            _need(name not in seen, "duplicate attribute")
+            need(name not in seen, "duplicate attribute")
             seen.add(name)
             if name in skip:
                 continue
-            if m.datatype(dt).kind in ("vstr", "vref"):
+            if message.datatype(dt).kind in ("vstr", "vref"):
                 out.append((name, None, (dt, sp, data)))
             else:
                 out.append((name, self._value(name, dt, sp, data), None))
         return out, outside
 
     def _value(self, name: str, dtmsg: bytes, spmsg: bytes, data: bytes) -> Any:
-        t = m.datatype(dtmsg)
-        _need(t.kind in ("num", "str", "vstr") or (t.kind == "vref" and name == "DIMENSION_LIST"),
+        t = message.datatype(dtmsg)
+        need(t.kind in ("num", "str", "vstr") or (t.kind == "vref" and name == "DIMENSION_LIST"),
               "attribute type")  # other references: h5py gives reference objects
-        space = m.dataspace(spmsg)
-        _need(space is not None, "null dataspace attribute")
-        assert space is not None  # for mypy: _need raised otherwise
+        space = message.dataspace(spmsg)
+        need(space is not None, "null dataspace attribute")
+        assert space is not None  # for mypy: need raised otherwise
         shape = space[0]
         n = math.prod(shape)
-        _need(0 < n and n * t.size <= len(data), "attribute data")
+        need(0 < n and n * t.size <= len(data), "attribute data")
         if t.kind == "num":
             arr = np.frombuffer(data, t.dtype, n).reshape(shape).copy()
             return arr[()] if not shape else arr
         if t.kind == "str":
             arr = np.frombuffer(data, t.dtype, n).reshape(shape).copy()
             for x in arr.reshape(-1).tolist():
-                _need(b"\0" not in x, "string with an embedded null")
+                need(b"\0" not in x, "string with an embedded null")
             return arr[()] if not shape else arr
         recs = np.frombuffer(data, np.dtype([("n", "<u4"), ("addr", "<u8"), ("idx", "<u4")]), n)
         vals: list[Any] = []
         for count, addr, idx in recs.tolist():
             if t.kind == "vstr":
-                _need(count > 0, "empty or null vlen string")
+                need(count > 0, "empty or null vlen string")
                 raw = self.h5.global_object(addr, idx)
-                _need(len(raw) >= count, "vlen string length")
+                need(len(raw) >= count, "vlen string length")
                 raw = raw[:count]
-                _need(b"\0" not in raw and (t.cset == 1 or raw.isascii()), "vlen string bytes")
+                need(b"\0" not in raw and (t.cset == 1 or raw.isascii()), "vlen string bytes")
                 try:
                     vals.append(raw.decode())
                 except UnicodeDecodeError:
@@ -185,7 +188,7 @@ class NativeNode:
                     vals.append(np.zeros(0, np.uint64))
                     continue
                 raw = self.h5.global_object(addr, idx)
-                _need(len(raw) >= 8 * count, "reference list length")
+                need(len(raw) >= 8 * count, "reference list length")
                 vals.append(np.frombuffer(raw, "<u8", count).copy())
         if t.kind == "vstr":
             if not shape:
@@ -193,7 +196,7 @@ class NativeNode:
             out = np.empty(n, object)
             out[:] = vals
             return out.reshape(shape)
-        _need(len(shape) == 1, "DIMENSION_LIST shape")
+        need(len(shape) == 1, "DIMENSION_LIST shape")
         return vals
 
     # -- datasets ---------------------------------------------------------------------------------
@@ -206,20 +209,20 @@ class NativeNode:
         self.external = False
         body = h.find(0x08)
         assert body is not None  # for mypy: a dataset has its layout message (is_dataset)
-        kind, info = m.layout(body)
+        kind, info = message.layout(body)
         self.layout = kind
         self.chunks = None
         self.offset = None
         if kind == "contiguous":
             addr, size = info
-            _need(not self.filters, "filters on contiguous data")
+            need(not self.filters, "filters on contiguous data")
             if addr != UNDEF:
                 nbytes = math.prod(self.shape) * self.dtype.itemsize
-                _need(size == nbytes and self.h5.base + addr + size <= self.h5.size, "contiguous extent")
+                need(size == nbytes and self.h5.base + addr + size <= self.h5.size, "contiguous extent")
                 self.offset = self.h5.base + addr
         else:
             self._btree, chunks, elsize = info
-            _need(elsize == self.dtype.itemsize and len(chunks) == len(self.shape) and all(chunks),
+            need(elsize == self.dtype.itemsize and len(chunks) == len(self.shape) and all(chunks),
                   "chunk shape")
             self.chunks = chunks
 
@@ -228,20 +231,20 @@ class NativeNode:
         (kept with a header that later files repeat)."""
         h = self.hdr
         sp, dt = h.find(0x01), h.find(0x03)
-        _need(sp is not None and dt is not None, "dataset without space or type")
-        space = m.dataspace(sp)
-        _need(space is not None, "null dataspace dataset")
-        assert space is not None  # for mypy: _need raised otherwise
+        need(sp is not None and dt is not None, "dataset without space or type")
+        space = message.dataspace(sp)
+        need(space is not None, "null dataspace dataset")
+        assert space is not None  # for mypy: need raised otherwise
         shape, maxshape = space
-        t = m.datatype(dt)
-        _need(t.kind in ("num", "str"), "dataset type")
-        _need(t.dtype.itemsize == t.size, "dataset type size")
+        t = message.datatype(dt)
+        need(t.kind in ("num", "str"), "dataset type")
+        need(t.dtype.itemsize == t.size, "dataset type size")
         pipe = h.find(0x0B)
-        filters = m.filters(pipe) if pipe is not None else []
+        filters = message.filters(pipe) if pipe is not None else []
         new_fill = h.find(0x05)
-        _need(new_fill is not None, "no fill value message")  # h5py may call the fill value undefined
-        raw = m.fill_value(h.find(0x04), new_fill)
-        _need(raw is None or len(raw) == t.size, "fill value size")
+        need(new_fill is not None, "no fill value message")  # h5py may call the fill value undefined
+        raw = message.fill_value(h.find(0x04), new_fill)
+        need(raw is None or len(raw) == t.size, "fill value size")
         fill = (np.frombuffer(raw, t.dtype, 1) if raw is not None else np.zeros(1, t.dtype))[0]
         return shape, maxshape, t.dtype, filters, fill
 
@@ -253,10 +256,10 @@ class NativeNode:
         pos, mask, off, size = self.h5.chunk_btree(self._btree, len(self.shape))
         chunks = np.array(self.chunks, np.int64)
         idx = pos // chunks
-        _need(bool((pos % chunks == 0).all() and (idx < np.array(grid, np.int64)).all()), "chunk position")
+        need(bool((pos % chunks == 0).all() and (idx < np.array(grid, np.int64)).all()), "chunk position")
         flat = np.ravel_multi_index(tuple(idx.T), grid) if len(pos) else idx[:, 0]
         if flat.size > 1 and not bool((flat[1:] > flat[:-1]).all()):  # B-trees list them in order
-            _need(len(np.unique(flat)) == len(flat), "chunk listed twice")
+            need(len(np.unique(flat)) == len(flat), "chunk listed twice")
         return flat, mask, off, size
 
     def deref(self, ref: Any) -> Any:

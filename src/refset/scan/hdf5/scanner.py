@@ -18,7 +18,7 @@ from refset.errors import Unsupported
 from refset.io.magic import HDF5_MAGIC, hdf5_superblock
 from refset.io.scanfile import ScanFile
 from refset.model.refset import ReferenceSet
-from refset.scan.hdf5.meta import NotNative
+from refset.scan.hdf5.base import NotNative
 from refset.scan.hdf5.walk import MAX_INLINE, Walker
 from refset.scan.writer import INLINE_THRESHOLD, DropList, SetWriter, common_options
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from refset.scan.hdf5.base import NotNative
 from refset.scan.hdf5.filters import encode_chunk, hdf5_filters
-from refset.scan.hdf5.meta import NotNative
 from refset.scan.writer import SetWriter, cannot, json_attrs, json_value, split_rows
 
 __all__ = ["Walker", "MAX_INLINE"]
