@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from refset.formats.json.plan import Doc, base64_bytes, base64_many, member_shape
+from refset.formats.json.doc import Doc, base64_bytes, base64_many, member_shape
 from refset.formats.json.scan import Fallback, same_spans, skip_ws
 from refset.model.inline import InlineBytes
 from refset.model.keys import ChunkGrid, flat_of, grid_from_metadata, key_tails, tails_in_grid
