@@ -11,10 +11,9 @@ import pytest
 
 import refset
 from refset.cli import main
+from tests.helpers import run_tty_stderr, zarray
 
-from .helpers import run_tty_stderr, zarray
-
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample.json"
 
 

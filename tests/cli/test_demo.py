@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 
 import refset
-
-from .helpers import run_tty_stderr
+from tests.helpers import run_tty_stderr
 
 pytest.importorskip("h5netcdf")
 pytest.importorskip("distributed")
 xr = pytest.importorskip("xarray")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = [sys.executable, "-m", "refset.cli", "demo"]
 ROW = re.compile(r"^   (json V0|json V1|parquet|packed) +(\S+) +([\d,]+) +([\d.]+)$", re.M)
 BARS = ("making files", "scanning on")

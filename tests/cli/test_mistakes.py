@@ -3,7 +3,7 @@ a command line that cannot work and 1 for wrong input, no traceback, and nothing
 
 Elsewhere: an unknown output suffix (test_cli.py::test_unknown_output_suffix_is_a_usage_error), a reader
 leaving a pipe early (test_cli.py::test_reader_leaving_early_is_not_an_error), wrong inputs to ``info``
-(test_wrong_inputs.py::test_cli_one_line_exit_1)."""
+(tests/test_wrong_inputs.py::test_cli_one_line_exit_1)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 import refset
 from refset.scan import UnusedDropWarning
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample.json"
 
 

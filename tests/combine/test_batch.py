@@ -17,8 +17,7 @@ import refset
 from refset.combine import combine, expand_lists
 from refset.errors import InvalidReferences, Unsupported
 from refset.formats.json.batch import NotBatch, read_documents
-
-from .test_combine import _day, _kerchunk, _mf
+from tests.combine.test_combine import _day, _kerchunk, _mf
 
 xr = pytest.importorskip("xarray")
 

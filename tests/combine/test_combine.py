@@ -364,8 +364,7 @@ def test_coordinates_read_over_http_are_checked(tmp_path: Path) -> None:
     result (before: ``ValueError: buffer size must be a multiple of element size``); one answering a
     byte late is a ReferenceNotReachable naming the file, never shifted times."""
     from refset.errors import ReferenceNotReachable
-
-    from .httpserver import RangeServer
+    from tests.httpserver import RangeServer
 
     files = _days(tmp_path, 3)
     want = combine([refset.scan(f, inline_threshold=0) for f in files], concat_dims="time")

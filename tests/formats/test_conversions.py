@@ -15,8 +15,7 @@ import pytest
 
 import refset
 from refset.errors import InvalidReferences, Unsupported
-
-from .helpers import zarr_json, zarray
+from tests.helpers import zarr_json, zarray
 
 FORMATS = ("json", "json.gz", "v1", "v1-gen", "parquet", "packed")
 META = (".zarray", ".zattrs", ".zgroup", "zarr.json")
@@ -175,7 +174,7 @@ def test_kerchunk_parquet_with_nan_attributes(tmp_path):
 def test_default_v1_reads_the_same_in_fsspec_with_defaults(tmp_path):
     import fsspec
 
-    from .servedata import kerchunk_refs, write_netcdf
+    from tests.servedata import kerchunk_refs, write_netcdf
 
     write_netcdf(tmp_path / "a.nc")
     refs = kerchunk_refs(tmp_path / "a.nc")

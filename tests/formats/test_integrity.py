@@ -13,8 +13,7 @@ import pytest
 
 import refset
 from refset.errors import RefsetError
-
-from .helpers import zarray
+from tests.helpers import zarray
 
 FLIPS = 200
 

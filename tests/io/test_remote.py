@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 import refset
-
-from .httpserver import RangeServer
-from .servedata import raw_array_set
+from tests.httpserver import RangeServer
+from tests.servedata import raw_array_set
 
 FORMATS = ("json", "v1", "parquet", "packed")
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 import refset
-
-from .helpers import zarray
+from tests.helpers import zarray
 
 
 def _refs(version: int) -> dict:

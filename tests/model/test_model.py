@@ -8,8 +8,7 @@ import pytest
 import refset
 from refset.model.keys import ChunkGrid, grid_from_metadata
 from refset.model.refset import ABSENT, INLINE, RANGE, WHOLE
-
-from .helpers import zarr_json, zarray
+from tests.helpers import zarr_json, zarray
 
 
 def test_chunk_refs_go_into_columns():

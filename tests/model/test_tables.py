@@ -15,8 +15,7 @@ import refset
 from refset.errors import InvalidReferences, Unsupported
 from refset.model.keys import ChunkGrid
 from refset.model.table import ABSENT, INLINE, RANGE, ChunkTable, KeyTable, concat_tables, union_urls
-
-from .servedata import raw_array_set
+from tests.servedata import raw_array_set
 
 URLS = ["s3://b/f0.nc", "s3://b/f1.nc"]
 

@@ -13,8 +13,7 @@ import pytest
 import refset
 from refset.errors import InvalidReferences, ReferenceNotReachable
 from refset.formats.json.plan import MIN_SIZE
-
-from .servedata import raw_array_set
+from tests.servedata import raw_array_set
 
 FORMATS = ("json", "v1", "parquet", "packed")
 

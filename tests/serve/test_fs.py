@@ -16,9 +16,8 @@ import refset
 from refset import ReferenceFileSystem
 from refset.errors import ReferenceNotReachable
 from refset.io.fetch import plan_ranges
-
-from .httpserver import RangeServer
-from .servedata import kerchunk_refs, write_netcdf
+from tests.httpserver import RangeServer
+from tests.servedata import kerchunk_refs, write_netcdf
 
 
 @pytest.fixture(scope="module")

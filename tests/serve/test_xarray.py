@@ -12,9 +12,8 @@ from fsspec.implementations.reference import ReferenceFileSystem as FsspecRFS
 
 import refset
 from refset.serve.xarray import RefsetBackendEntrypoint
-
-from .httpserver import RangeServer
-from .servedata import kerchunk_refs, write_netcdf, write_zarr, zarr_dir_refs
+from tests.httpserver import RangeServer
+from tests.servedata import kerchunk_refs, write_netcdf, write_zarr, zarr_dir_refs
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,8 @@ from zarr.core.buffer import default_buffer_prototype
 import refset
 from refset import ZarrStore
 from refset.errors import ReferenceNotReachable
-
-from .httpserver import RangeServer
-from .servedata import kerchunk_refs, write_netcdf, write_zarr, zarr_dir_refs
+from tests.httpserver import RangeServer
+from tests.servedata import kerchunk_refs, write_netcdf, write_zarr, zarr_dir_refs
 
 
 @pytest.fixture(scope="module")

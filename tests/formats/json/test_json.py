@@ -12,8 +12,7 @@ import pytest
 
 import refset
 from refset.errors import InvalidReferences
-
-from .helpers import zarray
+from tests.helpers import zarray
 
 SPEC_V0 = {
     ".zgroup": '{\n    "zarr_format": 2\n}',

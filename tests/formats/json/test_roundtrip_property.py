@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 import refset
 from refset.formats.json.v0 import dumps_v0
 from refset.formats.json.v1_writer import dumps_v1
-
-from .helpers import zarray
+from tests.helpers import zarray
 
 urls = st.sampled_from(["s3://b/a.nc", "s3://b/b.nc", "file:///x/{{odd}}.nc", "memory://m", "u"])
 ints = st.integers(0, 2**62 - 1)  # offset + length stays below 2**63

@@ -10,8 +10,7 @@ import pytest
 
 import refset
 from refset.errors import InvalidReferences
-
-from .helpers import zarray
+from tests.helpers import zarray
 
 SPEC_V1 = {
     "version": 1,

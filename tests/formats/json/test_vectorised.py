@@ -14,8 +14,7 @@ from refset.formats.json.generic import from_document
 from refset.formats.json.plan import MIN_SIZE, plan_document
 from refset.formats.json.read import document_problems
 from refset.formats.json.scan import QUOTE_BLOCK, Fallback
-
-from .helpers import zarray
+from tests.helpers import zarray
 
 
 def fast_load(text: bytes) -> refset.ReferenceSet | None:

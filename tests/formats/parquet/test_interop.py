@@ -18,8 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import refset
-
-from .helpers import zarray
+from tests.helpers import zarray
 
 fsspec = pytest.importorskip("fsspec")
 zarr = pytest.importorskip("zarr")

@@ -1,6 +1,6 @@
 """Parquet reference sets (fsspec's LazyReferenceMapper layout): refset's reader and writer on their own.
 
-Interoperability with the real peers (fsspec, kerchunk, fastparquet, zarr) is in test_parquet_interop.py.
+Interoperability with the real peers (fsspec, kerchunk, fastparquet, zarr) is in test_interop.py.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ import pytest
 import refset
 from refset.errors import InvalidReferences, Unsupported
 from refset.formats.parquet import writer as _parquet_write
-
-from .helpers import zarr_json, zarray
+from tests.helpers import zarr_json, zarray
 
 URL = "s3://bucket/data/file-{}.nc"
 

@@ -21,8 +21,8 @@ h5py = pytest.importorskip("h5py")
 zarr = pytest.importorskip("zarr")
 xr = pytest.importorskip("xarray")
 
-from .conftest import CORPUS, hdf5_corpus  # noqa: E402
-from .scan_oracle import check_against_xarray, texts  # noqa: E402
+from tests.conftest import CORPUS, hdf5_corpus  # noqa: E402
+from tests.scan_oracle import check_against_xarray, texts  # noqa: E402
 
 # Corpus variables the scan refuses, and the words of the reason (docs/scan.md lists them).
 REFUSED = {
@@ -353,7 +353,7 @@ def test_remote_scans_equal_the_local_scan(tmp_path: Path, s3) -> None:
     not read whole."""
     import fsspec
 
-    from .httpserver import RangeServer
+    from tests.httpserver import RangeServer
 
     p = tmp_path / "r.h5"
     with h5py.File(p, "w") as f:
@@ -390,8 +390,7 @@ def test_remote_scan_checks_what_the_server_answers(tmp_path: Path, head: int) -
     shifted or short answer, or HTTP 500 (after retries), is a ReferenceNotReachable naming the file;
     a server ignoring Range (200, the whole file) gives the local set."""
     from refset.errors import ReferenceNotReachable
-
-    from .httpserver import RangeServer
+    from tests.httpserver import RangeServer
 
     p = tmp_path / "r.h5"
     with h5py.File(p, "w") as f:
@@ -419,7 +418,7 @@ def test_not_hdf5_or_netcdf(tmp_path: Path) -> None:
 
 
 
-if __name__ == "__main__":  # the table in docs/scan.md: python -m tests.test_scan_hdf5
+if __name__ == "__main__":  # the table in docs/scan.md: python -m tests.scan.hdf5.test_hdf5
     print("| file | variables equal to h5py | of them equal through xarray + netCDF4 | refused |")
     print("|---|---:|---:|---|")
     for p in hdf5_corpus():

@@ -21,7 +21,7 @@ from refset.scan.writer import DropList
 
 h5py = pytest.importorskip("h5py")
 
-from .conftest import CORPUS, hdf5_corpus  # noqa: E402
+from tests.conftest import CORPUS, hdf5_corpus  # noqa: E402
 
 # Corpus files the native reader must take (no fallback): netCDF-C/h5py files of the supported kinds.
 NATIVE_CORPUS = {

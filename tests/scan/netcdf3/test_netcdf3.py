@@ -20,8 +20,8 @@ nc4 = pytest.importorskip("netCDF4")
 zarr = pytest.importorskip("zarr")
 xr = pytest.importorskip("xarray")
 
-from .conftest import CORPUS, corpus_files  # noqa: E402
-from .scan_oracle import check_against_xarray  # noqa: E402
+from tests.conftest import CORPUS, corpus_files  # noqa: E402
+from tests.scan_oracle import check_against_xarray  # noqa: E402
 
 FORMATS = {"NETCDF3_CLASSIC": b"CDF\x01", "NETCDF3_64BIT_OFFSET": b"CDF\x02", "NETCDF3_64BIT_DATA": b"CDF\x05"}
 BAD = {"nc_test_bad_cdf5_begin.nc"}  # a corrupt CDF-5 header: netCDF-C refuses it too
@@ -280,7 +280,7 @@ def test_chunk_references_equal_kerchunks(tmp_path: Path, fmt: str) -> None:
 def test_remote_scans_equal_the_local_scan(tmp_path: Path, s3) -> None:
     import fsspec
 
-    from .httpserver import RangeServer
+    from tests.httpserver import RangeServer
 
     p = tmp_path / "r.nc"
     with nc4.Dataset(p, "w", format="NETCDF3_64BIT_OFFSET") as ds:
