@@ -46,7 +46,7 @@ META = (".zarray", ".zattrs", ".zgroup")
 
 
 def _refs() -> dict[str, Any]:
-    """The set of tests/test_integrity.py: ranges over 7 URLs, whole files, inline bytes, metadata."""
+    """The set of tests/formats/test_integrity.py: ranges over 7 URLs, whole files, inline bytes, metadata."""
     za = {"shape": [60], "chunks": [1], "dtype": "<f4", "compressor": None, "fill_value": 0, "filters": None,
           "order": "C", "zarr_format": 2}
     zb = dict(za, shape=[6, 5], chunks=[1, 1])

@@ -1,4 +1,4 @@
-"""The vectorised JSON reader (formats/_jsonscan.py, _jsonplan.py, _jsonlazy.py) must agree exactly with the generic parser on every document."""
+"""The vectorised JSON reader (formats/json/scan.py, doc.py, plan.py, lazy.py) must agree exactly with the generic parser on every document."""
 
 from __future__ import annotations
 

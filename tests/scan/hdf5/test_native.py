@@ -1,4 +1,4 @@
-"""The native HDF5 metadata reader (scan/_h5native.py) against the h5py path: for every corpus file
+"""The native HDF5 metadata reader (scan/hdf5/native.py) against the h5py path: for every corpus file
 and files made here, the scan through the native reader equals the scan through h5py (every key,
 every byte range, every inlined byte), and the files the native reader supports do not fall back.
 Corrupted metadata never gives a different set: the native reader falls back (or both raise)."""

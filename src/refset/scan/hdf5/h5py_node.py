@@ -12,7 +12,7 @@ __all__ = ["H5Node"]
 
 class H5Node:
     """A group or dataset as the scanner asks for it, through h5py (the native reader's
-    ``_h5native.NativeNode`` answers the same questions from the file's bytes)."""
+    ``refset.scan.hdf5.native.NativeNode`` answers the same questions from the file's bytes)."""
 
     def __init__(self, obj: Any) -> None:
         import h5py
