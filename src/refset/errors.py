@@ -6,7 +6,12 @@ Every error derives from :class:`RefsetError`. Errors about bad or unsupported i
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 __all__ = [
+    "Problem",
+    "OptionRef",
     "RefsetError",
     "InvalidReferences",
     "Unsupported",
@@ -77,3 +82,34 @@ class ReferenceNotReachable(RefsetError, OSError):
 
 class ShortRead(RefsetError, OSError):
     """A target returned a different number of bytes than the range asked for."""
+
+
+class OptionRef(NamedTuple):
+    """An option of the call, named inside a :class:`Problem`: ``text`` as the Python API says it
+    (``coo_map['time']``), ``option`` the keyword argument, ``key`` a key of its mapping (or None),
+    ``form`` ``"name"`` (where the problem is) or ``"give"`` (how to give the option)."""
+
+    text: str
+    option: str
+    key: Any = None
+    form: str = "name"
+
+
+class Problem(str):
+    """One problem's text (a ``str``), kept with the options of the call it names, so that an interface
+    with its own names for them (the command line's ``--coo-map time``) says it in its words:
+    :meth:`spelled`. Built from pieces of text and :class:`OptionRef`."""
+
+    parts: tuple[str | OptionRef, ...]
+
+    def __new__(cls, *parts: str | OptionRef) -> Problem:
+        self = super().__new__(cls, "".join(p if isinstance(p, str) else p.text for p in parts))
+        self.parts = parts
+        return self
+
+    def spelled(self, spell: Callable[[OptionRef], str | None]) -> str:
+        """The text with each option as ``spell`` names it (None: as the Python API does)."""
+        return "".join(p if isinstance(p, str) else (spell(p) or p.text) for p in self.parts)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Problem, self.parts)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -320,8 +321,12 @@ def test_unknown_concat_dim_in_command_line_words(days: list[Path], tmp_path: Pa
     _one_line_no_traceback(r, 1, "concat dim 'tiem': no input has a variable 'tiem' to take its values from (did "
                                  "you mean 'time'?); give --coo-map tiem=SELECTOR (e.g. tiem=INDEX, ")
     assert "coo_map" not in r.stderr
-    with pytest.raises(refset.errors.InvalidReferences, match=r"give coo_map=\{'tiem': \.\.\.\}"):
+    with pytest.raises(refset.errors.InvalidReferences, match=r"give coo_map=\{'tiem': \.\.\.\}") as got:
         refset.combine(days, concat_dims="tiem")  # Python callers keep Python's words
+    # the problem keeps the option it names through a pickle (a Dask worker's error), for the CLI's words
+    problem = pickle.loads(pickle.dumps(got.value)).problems[0]
+    assert problem == got.value.problems[0]
+    assert problem.spelled(lambda ref: f"<{ref.option} {ref.key} {ref.form}>").endswith("give <coo_map tiem give>")
 
 
 @pytest.mark.parametrize("name,says", [

@@ -24,6 +24,7 @@ from refset.cli.common import (
     _writer_options,
 )
 from refset.cli.progress import Bar, wanted
+from refset.errors import OptionRef, Problem
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -72,20 +73,28 @@ def _client(a: argparse.Namespace, n_inputs: int) -> Client | None:
     return local_client(workers) if workers > 0 else None
 
 
+def _flag(ref: OptionRef) -> str | None:
+    """An option of ``refset.combine`` named in a problem, as the command line spells it."""
+    if ref.option == "coo_map":
+        if ref.form == "give":
+            k = ref.key
+            return f"--coo-map {k}=SELECTOR (e.g. {k}=INDEX, {k}=re:PATTERN on the file name, {k}=attr:NAME)"
+        return f"--coo-map {ref.key}"
+    if ref.option == "identical_dims":
+        return "--identical-dims"
+    return None
+
+
 def _cli_words(problem: str) -> str:
-    """A combine problem in the command line's words: ``coo_map={'d': ...}`` -> ``--coo-map d=SELECTOR``."""
-    problem = re.sub(r"give coo_map=\{'([^']*)': \.\.\.\} \(e\.g\. 'INDEX', a regex on the file name, 'attr:NAME'\)",
-                     r"give --coo-map \1=SELECTOR (e.g. \1=INDEX, \1=re:PATTERN on the file name, \1=attr:NAME)",
-                     problem)
-    problem = re.sub(r"coo_map\['([^']*)'\]", r"--coo-map \1", problem)
-    return problem.replace("identical_dims names", "--identical-dims names")
+    """A combine problem in the command line's words: ``coo_map['d']`` is ``--coo-map d``."""
+    return problem.spelled(_flag) if isinstance(problem, Problem) else problem
 
 
 def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, Any]) -> int:
     import time
 
     import refset
-    from refset.errors import InvalidReferences
+    from refset.errors import InvalidReferences, Unsupported
 
     t0 = time.perf_counter()
     ro = _json_arg(a.remote_options, "--remote-options") if a.remote_options is not None else None
@@ -106,6 +115,8 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
                                 client=client, progress=bar.update)
     except InvalidReferences as e:
         raise InvalidReferences([_cli_words(p) for p in e.problems]) from None
+    except Unsupported as e:
+        raise Unsupported(_cli_words(e.args[0]) if e.args else str(e)) from None
     finally:
         bar.close()
         if client is not None:

@@ -14,7 +14,7 @@ from typing import Any
 from refset.combine.coords import coordinates
 from refset.combine.inputs import absolute, expand_lists, open_input, warn_unused
 from refset.combine.placement import Combiner
-from refset.errors import InvalidReferences
+from refset.errors import InvalidReferences, OptionRef, Problem
 from refset.formats.json.batch import NotBatch, read_documents
 from refset.model.refset import ReferenceSet
 from refset.model.stack import SetStack
@@ -124,5 +124,6 @@ def _check_identical(names: Sequence[str], paths: Sequence[str]) -> None:
     have = set(paths)
     missing = [n for n in names if n.strip("/") not in have]
     if missing:
-        raise InvalidReferences(f"combine: identical_dims names {', '.join(map(repr, missing))}, which no input "
-                                f"has (its variables: {', '.join(sorted(have)) or 'none'})")
+        raise InvalidReferences(Problem("combine: ", OptionRef("identical_dims", "identical_dims"),
+                                        f" names {', '.join(map(repr, missing))}, which no input has (its "
+                                        f"variables: {', '.join(sorted(have)) or 'none'})"))

@@ -17,7 +17,7 @@ import numpy as np
 
 from refset.combine.decoding import calendar, decoding_attrs, is_time_units, same_calendar_after_1582
 from refset.combine.values import attributes_of, read_arrays
-from refset.errors import InvalidReferences, Unsupported
+from refset.errors import InvalidReferences, OptionRef, Problem, Unsupported
 from refset.model.stack import SetStack
 
 __all__ = ["Coordinate", "coordinates", "reencode", "is_cf_time"]
@@ -63,10 +63,11 @@ def coordinates(
                 import difflib
 
                 close = difflib.get_close_matches(dim, inputs.paths(), 1)
-                raise InvalidReferences(
+                raise InvalidReferences(Problem(
                     f"concat dim {dim!r}: no input has a variable {dim!r} to take its values from"
-                    + (f" (did you mean {close[0]!r}?)" if close else "") +
-                    f"; give coo_map={{{dim!r}: ...}} (e.g. 'INDEX', a regex on the file name, 'attr:NAME')")
+                    + (f" (did you mean {close[0]!r}?)" if close else "") + "; give ",
+                    OptionRef(f"coo_map={{{dim!r}: ...}} (e.g. 'INDEX', a regex on the file name, 'attr:NAME')",
+                              "coo_map", dim, "give")))
             sel = f"data:{dim}"
         if isinstance(sel, str) and sel.split(":", 1)[0] in ("data", "cf"):
             kind, var = sel.split(":", 1)
@@ -136,14 +137,19 @@ def _duplicate(per: list[np.ndarray], names: Sequence[str], dim: str) -> None:
             seen[v] = i
 
 
+def _coo(dim: str) -> OptionRef:
+    """``coo_map[dim]``, named in a problem."""
+    return OptionRef(f"coo_map[{dim!r}]", "coo_map", dim)
+
+
 def _one(sel: Any, i: int, inputs: SetStack, dim: str) -> Any:
     """One input's value for a one-value selector."""
     name = inputs.names[i]
     if isinstance(sel, re.Pattern):
         m = sel.search(name)
         if m is None:
-            raise InvalidReferences(f"coo_map[{dim!r}]: the pattern {sel.pattern!r} does not match the "
-                                    f"input {name!r}")
+            raise InvalidReferences(Problem(_coo(dim), f": the pattern {sel.pattern!r} does not match the "
+                                            f"input {name!r}"))
         return m.group(1) if m.groups() else m.group(0)
     if isinstance(sel, str):
         if sel == "INDEX":
@@ -152,29 +158,29 @@ def _one(sel: Any, i: int, inputs: SetStack, dim: str) -> Any:
         if kind == "attr":
             attrs = attributes_of(inputs, i, "")
             if rest not in attrs:
-                raise InvalidReferences(f"coo_map[{dim!r}]={sel!r}: input {name!r} has no global "
-                                        f"attribute {rest!r}")
+                raise InvalidReferences(Problem(_coo(dim), f"={sel!r}: input {name!r} has no global "
+                                                f"attribute {rest!r}"))
             return attrs[rest]
         if kind == "vattr":
             var, _, attr = rest.partition(":")
             attrs = attributes_of(inputs, i, var)
             if attr not in attrs:
-                raise InvalidReferences(f"coo_map[{dim!r}]={sel!r}: input {name!r} has no attribute "
-                                        f"{attr!r} on variable {var!r}")
+                raise InvalidReferences(Problem(_coo(dim), f"={sel!r}: input {name!r} has no attribute "
+                                                f"{attr!r} on variable {var!r}"))
             return attrs[attr]
-        raise InvalidReferences(f"coo_map[{dim!r}]: unknown selector {sel!r} (one of 'INDEX', "
-                                "'attr:NAME', 'vattr:VAR:NAME', 'data:VAR', 'cf:VAR', a list, a "
-                                "compiled regex or a callable)")
+        raise InvalidReferences(Problem(_coo(dim), f": unknown selector {sel!r} (one of 'INDEX', "
+                                        "'attr:NAME', 'vattr:VAR:NAME', 'data:VAR', 'cf:VAR', a list, a "
+                                        "compiled regex or a callable)"))
     if callable(sel):
         return sel(i, inputs.set(i), name)
     if isinstance(sel, Sequence | np.ndarray):
         return sel[i]
-    raise InvalidReferences(f"coo_map[{dim!r}]: a {type(sel).__name__} is not a selector")
+    raise InvalidReferences(Problem(_coo(dim), f": a {type(sel).__name__} is not a selector"))
 
 
 def _check_lengths(sel: Any, n: int, dim: str) -> None:
     if isinstance(sel, Sequence | np.ndarray) and not isinstance(sel, str) and len(sel) != n:
-        raise InvalidReferences(f"coo_map[{dim!r}]: {len(sel)} values for {n} inputs")
+        raise InvalidReferences(Problem(_coo(dim), f": {len(sel)} values for {n} inputs"))
 
 
 def _data(inputs: SetStack, dim: str, var: str, cf: bool | None,
@@ -198,8 +204,8 @@ def _data(inputs: SetStack, dim: str, var: str, cf: bool | None,
     if not cf:
         return raw, keep
     if not is_time:
-        raise Unsupported(f"coo_map[{dim!r}]='cf:{var}': input {names[0]!r}: {var!r} has no CF time "
-                          f"units (units={first.get('units')!r})")
+        raise Unsupported(Problem(_coo(dim), f"='cf:{var}': input {names[0]!r}: {var!r} has no CF time "
+                                  f"units (units={first.get('units')!r})"))
     return reencode(raw, attrs, first, names, dim, var), keep
 
 
