@@ -45,14 +45,16 @@ ROOT = HERE.parent
 # Each child defines SCAN(path_or_url) from its library; the driver below times it.
 SIDES = {
     "refset": """
-import refset
+from refset.scan import Scan
+RUN = Scan(inline_threshold=INLINE)  # one run, as combine and the CLI scan many files: files of one product share parsed headers
 def SCAN(u):
-    return refset.scan(u, inline_threshold=INLINE)
+    return RUN(u)
 """,
     "refset-0": """
-import refset
+from refset.scan import Scan
+RUN = Scan(inline_threshold=0)  # one run, as combine and the CLI scan many files: files of one product share parsed headers
 def SCAN(u):
-    return refset.scan(u, inline_threshold=0)
+    return RUN(u)
 """,
     "kerchunk": """
 import fsspec

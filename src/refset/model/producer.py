@@ -6,7 +6,7 @@ chunk index where it is."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -180,13 +180,19 @@ def array_metadata(other: KeyTable, path: str) -> ArrayMetadata | None:
     """The metadata of the array at ``path`` from its inline documents in ``other`` (``.zarray`` and
     ``.zattrs``, else ``zarr.json``), or None when they describe no regular chunk grid. A path with a
     ``.zarray`` is a zarr v2 array whatever else it holds (as readers look it up first)."""
-    text = _inline_text(other, array_key(path, V2_ARRAY))
-    if text is not None:
-        return ArrayMetadata.parse(V2_ARRAY, text, _inline_text(other, array_key(path, V2_ATTRS)))
-    if other.find(array_key(path, V2_ARRAY)) >= 0:
+    if _inline_text(other, array_key(path, V2_ARRAY)) is None and other.find(array_key(path, V2_ARRAY)) >= 0:
         return None  # a .zarray stored in a file: its grid is not known
-    text = _inline_text(other, array_key(path, V3_DOC))
-    return None if text is None else ArrayMetadata.parse(V3_DOC, text)
+    return metadata_of(lambda name: _inline_text(other, array_key(path, name)))
+
+
+def metadata_of(text: Callable[[str], bytes | None]) -> ArrayMetadata | None:
+    """The metadata of an array whose stored documents are ``text(name)`` (``.zarray`` and ``.zattrs``,
+    else ``zarr.json``; None: no such document), or None when they describe no regular chunk grid."""
+    zarray = text(V2_ARRAY)
+    if zarray is not None:
+        return ArrayMetadata.parse(V2_ARRAY, zarray, text(V2_ATTRS))
+    doc = text(V3_DOC)
+    return None if doc is None else ArrayMetadata.parse(V3_DOC, doc)
 
 
 def grid_paths(keys: Iterable[str] | np.ndarray) -> list[str]:

@@ -17,6 +17,7 @@ when asked (``rs.table(path)``, iteration, ``to_dict``, saving).
 
 from __future__ import annotations
 
+import functools
 import os
 import zlib
 from collections.abc import Iterator, Mapping
@@ -38,7 +39,7 @@ from refset.model.keys import (
     split_metadata_key,
 )
 from refset.model.metadata import ArrayMetadata
-from refset.model.producer import array_metadata, metadata_bytes
+from refset.model.producer import metadata_bytes, metadata_of
 from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, sparse_grid
 from refset.options import Limits
 
@@ -248,7 +249,7 @@ class ParquetSource:
         self.grids = grids
         self.metadata: dict[str, ArrayMetadata] = {}
         for path in grids:
-            found = array_metadata(self._doc_table(path), path)
+            found = metadata_of(functools.partial(self._document, path))
             if found is None:  # unreachable: the grid was read from the same document
                 raise InvalidReferences(f"{source}/.zmetadata: array {path!r}: no metadata")
             self.metadata[path] = found
@@ -259,11 +260,10 @@ class ParquetSource:
         self._url_t: tuple[str, ...] = ()
         self._stats: dict[str, tuple[int, int, int, int]] = {}  # per array read: see info()
 
-    def _doc_table(self, path: str) -> KeyTable:
-        """The inline documents of the array at ``path``."""
-        names = [n for n in (".zarray", ".zattrs", "zarr.json") if array_key(path, n) in self._docs]
-        return KeyTable.from_items({array_key(path, n): (INLINE, 0, 0, 0, self._metadata(array_key(path, n)))
-                                    for n in names})
+    def _document(self, path: str, name: str) -> bytes | None:
+        """The text of document ``name`` of the array at ``path``, None when there is none."""
+        key = array_key(path, name)
+        return self._metadata(key) if key in self._docs else None
 
     def _metadata(self, key: str) -> bytes:
         data = self._meta.get(key)
