@@ -406,17 +406,19 @@ def test_default_timeouts_end_a_silent_read_within_two_minutes():
         Targets(timeout=0)
 
 
-def test_check_content_range():
+def test_checked_range():
     from refset.errors import ShortRead
-    from refset.io.fetch import check_content_range
+    from refset.io.fetch import checked_range
 
-    assert check_content_range("u", 2, 6, 206, "bytes 2-5/10", b"abcd") == b"abcd"
-    assert check_content_range("u", 2, 6, 206, "bytes 2-5/*", b"abcd") == b"abcd"
-    assert check_content_range("u", 2, 6, 200, None, b"0123456789") == b"2345"  # range ignored
+    assert checked_range("u", 2, 6, 206, "bytes 2-5/10", b"abcd")[0] == b"abcd"
+    assert checked_range("u", 2, 6, 206, "bytes 2-5/*", b"abcd")[0] == b"abcd"
+    assert checked_range("u", 2, 6, 200, None, b"0123456789")[0] == b"2345"  # range ignored
+    assert checked_range("u", 2, 6, 206, "bytes 2-5/10", b"abcd")[1] == 10  # the size, from the answer
+    assert checked_range("u", 2, 6, 206, "bytes 2-5/*", b"abcd")[1] is None
     for status, cr, data in [(206, "bytes 3-6/10", b"abcd"), (206, None, b"abcd"), (206, "bytes 2-5/10", b"abc"),
                              (206, "bytes 2-7/10", b"abcdef"), (204, None, b""), (206, "items 2-5/10", b"abcd")]:
         with pytest.raises(ShortRead):
-            check_content_range("u", 2, 6, status, cr, data)
+            checked_range("u", 2, 6, status, cr, data)
 
 
 # -- template bombs: a subprocess with a memory cap and a timeout -----------------------------------

@@ -290,18 +290,13 @@ def _is_http(fs: Any) -> bool:
     return mod.startswith("fsspec.implementations.http") and hasattr(fs, "set_session")
 
 
-def check_content_range(url: str, start: int, end: int, status: int, content_range: str | None,
-                        data: bytes) -> bytes:
-    """The bytes ``[start, end)`` of an HTTP answer to ``Range: bytes=start-(end-1)``: a 206 must say
-    in ``Content-Range`` that it holds exactly the bytes it carries, starting at ``start``; a 200 (the
-    server ignored the range) holds the whole file. Anything else is a ShortRead naming the mismatch."""
-    return checked_range(url, start, end, status, content_range, data)[0]
-
-
 def checked_range(url: str, start: int, end: int, status: int, content_range: str | None,
                   data: bytes) -> tuple[bytes, int | None]:
-    """:func:`check_content_range` and the file's size when the answer tells it (the total of
-    ``Content-Range``, the length of a 200's whole file)."""
+    """The bytes ``[start, end)`` of an HTTP answer to ``Range: bytes=start-(end-1)``, and the file's
+    size when the answer tells it (the total of ``Content-Range``, the length of a 200's whole file):
+    a 206 must say in ``Content-Range`` that it holds exactly the bytes it carries, starting at
+    ``start``; a 200 (the server ignored the range) holds the whole file. Anything else is a
+    ShortRead naming the mismatch."""
     import re
 
     if status == 200:

@@ -46,10 +46,6 @@ class Doc:
     def e(self, j: np.ndarray) -> np.ndarray:
         return np.asarray(self.q[2 * j + 1], np.int64)  # an int32 copy when the text is under 2 GiB
 
-    def spans(self, m0: int, m1: int) -> tuple[np.ndarray, ...]:
-        kj = self.first + 2 * np.arange(m0, m1, dtype=np.int64)
-        return self.s(kj), self.e(kj), self.s(kj + 1), self.e(kj + 1)
-
     def text(self, s: int, e: int) -> str:
         raw = self.data[s:e]
         if _ESCAPE_OR_CONTROL.search(raw) is None:  # its bytes are the string: no JSON parser needed
