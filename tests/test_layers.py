@@ -1,6 +1,7 @@
-"""The source tree keeps its layers: each package imports only the packages below it, no module
-imports itself through others (no cycles, function-level imports included), and no private name
-(``_x``) is imported from another package. Read from the source with ``ast``, nothing is imported."""
+"""The source tree keeps its layers: each package imports only the packages its layer may (ALLOWED),
+no module imports itself through others (no cycles, function-level imports and a package's own
+submodules included), and no private name (``_x``) is used outside its folder. Read from the source
+with ``ast``, nothing is imported."""
 
 from __future__ import annotations
 
@@ -70,23 +71,52 @@ def test_packages_import_only_the_layers_below():
     assert not wrong, "imports against the layers:\n" + "\n".join(f"  {m} -> {t}" for m, t in wrong)
 
 
-def test_no_private_names_across_packages():
+def _home(module: str, modules: dict[str, Path]) -> str:
+    """The folder a module lives in (a package is its own)."""
+    return module if modules[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_private_names_across_folders():
+    """A private name (``_x``) is used only in its own folder: not imported from another, nor reached
+    as an attribute of a module or class imported from another (``table._trusted``)."""
     modules = _modules()
     wrong = []
     for m, t, names in _imports(modules):
-        if _package(t) == _package(m):
+        home = t if t in modules else t.rpartition(".")[0]
+        if home not in modules or _home(home, modules) == _home(m, modules):
             continue
-        private = [s for s in t.split(".")[1:] + names if s.startswith("_") and not s.startswith("__")]
+        private = [s for s in t.split(".")[1:] + names if _private(s)]
         if private:
             wrong.append(f"  {m} imports {t}: {', '.join(private)}")
-    assert not wrong, "private names used from another package:\n" + "\n".join(wrong)
+    for m, p in modules.items():
+        tree = ast.parse(p.read_text(), str(p))
+        bound: dict[str, str] = {}  # a local name -> the module it came from
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "refset":
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    bound[a.asname or a.name] = full if full in modules else node.module
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == "refset" and a.asname:
+                        bound[a.asname] = a.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
+                    and node.value.id in bound and bound[node.value.id] in modules
+                    and _home(bound[node.value.id], modules) != _home(m, modules)):
+                wrong.append(f"  {m} uses {node.value.id}.{node.attr} (from {bound[node.value.id]})")
+    assert not wrong, "private names used from another folder:\n" + "\n".join(sorted(set(wrong)))
 
 
 def test_no_import_cycles():
     modules = _modules()
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for m, t, _ in _imports(modules):
-        if t in modules and t != m and not m.startswith(t + "."):  # a package's own __init__ runs first anyway
+        if t in modules and t != m:
             graph[m].add(t)
     # Tarjan's strongly connected components, iteratively
     index: dict[str, int] = {}
@@ -129,19 +159,37 @@ def test_no_import_cycles():
     assert not cycles, f"import cycles: {cycles}"
 
 
-def test_the_check_sees_a_cycle_and_a_layer_breach(tmp_path, monkeypatch):
-    """The checks above fail on a planted cycle and a model module importing serve."""
+@pytest.mark.parametrize("plant,fails", [
+    ({"model/a.py": "from refset.serve import engine\n"}, "layers"),
+    ({"formats/json/a.py": "from refset.formats.parquet.reader import _rows\n"}, "private"),
+    ({"scan/a.py": "from refset.model import table\nx = table._trusted\n"}, "private"),
+    ({"scan/a.py": "from refset.model.table import ChunkTable\nx = ChunkTable._trusted\n"}, "private"),
+    ({"combine/__init__.py": "from refset.combine.cluster import f\n",
+      "combine/cluster.py": "def f():\n    from refset.combine import g\n"}, "cycles"),
+    ({"model/a.py": "from refset.model.b import x\n", "model/b.py": "def f():\n    import refset.model.a\n"},
+     "cycles"),
+])
+def test_the_checks_see_what_they_guard(tmp_path, monkeypatch, plant, fails):
+    """Each check fails on a planted breach of its rule, and only that check."""
     pkg = tmp_path / "refset"
-    for d in ("model", "serve"):
-        (pkg / d).mkdir(parents=True)
+    for d in ("model", "serve", "scan", "combine", "formats/json", "formats/parquet"):
+        (pkg / d).mkdir(parents=True, exist_ok=True)
         (pkg / d / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "model" / "a.py").write_text("from refset.model.b import x\nfrom refset.serve import _y\n")
-    (pkg / "model" / "b.py").write_text("def f():\n    from refset.model.a import z\n")
+    (pkg / "model" / "table.py").write_text("")
+    (pkg / "serve" / "engine.py").write_text("")
+    (pkg / "formats" / "parquet" / "reader.py").write_text("")
+    (pkg / "combine" / "cluster.py").write_text("")
+    for path, text in plant.items():
+        (pkg / path).write_text(text)
     monkeypatch.setattr(sys.modules[__name__], "SRC", pkg)
-    for check in (test_packages_import_only_the_layers_below, test_no_private_names_across_packages,
-                  test_no_import_cycles):
-        with pytest.raises(AssertionError):
+    checks = {"layers": test_packages_import_only_the_layers_below, "private": test_no_private_names_across_folders,
+              "cycles": test_no_import_cycles}
+    for name, check in checks.items():
+        if name == fails:
+            with pytest.raises(AssertionError):
+                check()
+        else:
             check()
 
 
@@ -157,3 +205,23 @@ def test_import_refset_loads_its_names_on_first_use():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == ["['refset', 'refset.errors', 'refset.options']",
                                        "True True True ('u', 1, 2)"]
+
+
+def test_removed_names_say_what_replaces_them():
+    import refset
+
+    with pytest.raises(AttributeError, match=r"set_limits is gone: limits are given where a set is read"):
+        refset.set_limits  # noqa: B018
+    with pytest.raises(AttributeError, match=r"has no attribute 'no_such_name'$"):
+        refset.no_such_name  # noqa: B018
+
+
+def test_the_package_says_it_is_typed():
+    """py.typed ships with the package (PEP 561), so users' type checkers read refset's annotations."""
+    assert (SRC / "py.typed").exists()
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", "import importlib.resources as r; "
+                          "print(r.files('refset').joinpath('py.typed').is_file())"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"

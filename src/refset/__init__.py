@@ -69,6 +69,14 @@ _HOME = {
 }
 
 
+#: Names that were public and are gone, and what replaces them.
+_GONE = {
+    "set_limits": "limits are given where a set is read: refset.load(..., limits=refset.Limits(...))",
+    "set_template_limits": "refset.Limits(template_seconds=..., template_memory=...), given as limits=",
+    "TemplateLimits": "refset.Limits(template_seconds=..., template_memory=...), given as limits=",
+}
+
+
 def open_dataset(source: Any, **kwargs: Any) -> Any:
     """Open a reference set as an ``xarray.Dataset`` (see :mod:`refset.serve.xarray`)."""
     from refset.serve.xarray import open_dataset as _open
@@ -79,7 +87,8 @@ def open_dataset(source: Any, **kwargs: Any) -> Any:
 def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
-        raise AttributeError(f"module 'refset' has no attribute {name!r}")
+        hint = f" ({name} is gone: {_GONE[name]})" if name in _GONE else ""
+        raise AttributeError(f"module 'refset' has no attribute {name!r}{hint}")
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value  # the next lookup is a plain attribute
     return value
@@ -93,7 +102,8 @@ class _Package(types.ModuleType):
     """``refset.scan`` and ``refset.combine`` are functions that share their names with the packages
     holding them. Importing a submodule sets the parent's attribute to it, which would hide the
     function once anything imported the package; that assignment is refused here (the package itself
-    stays in ``sys.modules`` for ``from refset.scan import Scan``)."""
+    stays in ``sys.modules`` for ``from refset.scan import Scan``). So ``refset.scan.registry`` is an
+    attribute of the function, which has none: spell ``from refset.scan import registry``."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("scan", "combine") and isinstance(value, types.ModuleType):

@@ -112,4 +112,4 @@ class Problem(str):
         return "".join(p if isinstance(p, str) else (spell(p) or p.text) for p in self.parts)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Problem, self.parts)
+        return (type(self), self.parts)

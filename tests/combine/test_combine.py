@@ -152,6 +152,30 @@ def test_callable_selector_and_coo_dtypes(tmp_path: Path) -> None:
         np.testing.assert_array_equal(got.v.values[0], ds["v"][:].data)
 
 
+def test_callable_selector_gets_each_reference_file_as_given(tmp_path: Path, monkeypatch) -> None:
+    """A callable selector is handed each input's set: reference files named by a file:// URL or a
+    ~ path open as load opens them (the batch reader reopens one alone)."""
+    files = [_day(tmp_path / f"d{i}.nc", 0, member=m) for i, m in enumerate("ab")]  # an ensemble
+    for i, f in enumerate(files):
+        refset.save(refset.scan(f), str(tmp_path / f"d{i}.json"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    seen = []
+
+    def pick(i, rs, name):
+        seen.append(sorted(rs.metadata))
+        return 10 * i
+
+    for given in ([f"file://{tmp_path}/d0.json", f"file://{tmp_path}/d1.json"], ["~/d0.json", "~/d1.json"]):
+        seen.clear()
+        rs = combine(given, concat_dims="member", identical_dims=["lat", "lon", "time"],
+                     coo_map={"member": pick})
+        assert len(seen) == 2 and all({"lat", "time", "v", "w"} <= set(s) for s in seen)
+        got = refset.open_dataset(rs).load()
+        assert list(got.member.values) == [0, 10]
+        with nc4.Dataset(files[1]) as ds:
+            np.testing.assert_array_equal(got.v.values[1], ds["v"][:].data)
+
+
 def test_variable_missing_from_some_inputs_reads_fill(tmp_path: Path) -> None:
     files = [_day(tmp_path / "a.nc", 0), _day(tmp_path / "b.nc", 2, extra=False), _day(tmp_path / "c.nc", 4)]
     got = refset.open_dataset(combine(files, concat_dims="time")).load()

@@ -19,7 +19,7 @@ _IN = 1 << 20  # gzip input per step
 _ZIN = 1 << 12  # zstd input per step: one 4-byte RLE block can hold 128 KiB, so <= 128 MiB out per step
 
 
-def decompress(data: bytes, name: str = "", limit: int = DEFAULT_LIMITS.decompressed) -> bytes:
+def decompress(data: bytes, name: str = "", limit: int = DEFAULT_LIMITS.decompressed) -> bytes | bytearray:
     """Undo gzip or zstd compression, recognised by magic bytes (never by name alone). The output is
     bounded by ``limit`` bytes (``Limits.decompressed``): a bomb ends in
     InvalidReferences naming ``name`` and the limit before it takes the memory."""
@@ -30,26 +30,27 @@ def decompress(data: bytes, name: str = "", limit: int = DEFAULT_LIMITS.decompre
     return data
 
 
-def _collect(chunks: Iterator[bytes], name: str, kind: str, limit: int) -> bytes:
+def _collect(chunks: Iterator[bytes], name: str, kind: str, limit: int) -> bytearray:
+    """The chunks end to end, in one buffer grown in place: the output is held once (a list of
+    chunks joined at the end would hold it twice at its peak)."""
     import zstandard
 
-    out: list[bytes] = []
-    n = 0
+    out = bytearray()
     try:
         for chunk in chunks:
-            n += len(chunk)
-            if n > limit:
+            if len(out) + len(chunk) > limit:
                 raise InvalidReferences(
                     f"{name}: {kind} data expands to more than {limit} bytes, the decompression limit "
                     "(limits=refset.Limits(decompressed=...) allows more)"
                 )
-            out.append(chunk)
-        return b"".join(out)
+            out += chunk
     except MemoryError:
+        n = len(out)
         del out
         raise InvalidReferences(f"{name}: out of memory decompressing {kind} data after {n} bytes") from None
     except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
         raise InvalidReferences(f"{name}: corrupt {kind} data ({e})") from e
+    return out
 
 
 def _gunzip(data: bytes) -> Iterator[bytes]:

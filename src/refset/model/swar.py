@@ -13,7 +13,7 @@ _LO7 = U8(0x7F7F7F7F7F7F7F7F)
 ZEROS = U8(0x3030303030303030)
 
 
-def words(data: bytes) -> np.ndarray:
+def words(data: bytes | bytearray) -> np.ndarray:
     """``w[i]`` = the 8 bytes starting at ``i`` as a little-endian uint64 (unaligned view)."""
     return np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
 

@@ -279,7 +279,6 @@ class SetWriter:
                 tables[path] = ChunkTable.from_entries(grid, f, kind[f], np.zeros(f.size, np.uint16), off[f],
                                                        ln[f], inline)
             else:
-                tables[path] = ChunkTable._trusted(grid, kind, np.zeros(grid.nchunks, np.uint16), off, ln,
-                                                   inline)
+                tables[path] = ChunkTable(grid, kind, np.zeros(grid.nchunks, np.uint16), off, ln, inline)
         arrays = {p: Array(self.arrays_meta[p], t) for p, t in tables.items()}
         return ReferenceSet.from_arrays(self.metadata, arrays, [self.url], validate=False)

@@ -1,9 +1,11 @@
 """xarray backend ``engine="refset"``: open any reference set :func:`refset.load` reads as a Dataset.
 
-The references are served by :class:`refset.ZarrStore`; xarray's zarr backend does the decoding (CF
-conventions, lazy indexing, ``chunks=`` for Dask), so results match ``engine="zarr"`` over the same
-store. zarr is imported only when a dataset is opened (:mod:`refset.serve.xarray_store`). Datasets opened
-with ``chunks=`` compute on process-based Dask clusters: every object in the graph pickles.
+The references are served by :class:`refset.ZarrStore`; xarray's zarr backend reads the metadata and
+applies the CF conventions, lazy indexing and ``chunks=`` for Dask, so results match ``engine="zarr"``
+over the same store. Each variable's values come through :class:`RefsetArray`, which reads a selection's
+chunks in one coalesced plan and decodes them itself where it can (:mod:`refset.serve.decode`). zarr is
+imported only when a dataset is opened. Datasets opened with ``chunks=`` compute on process-based Dask
+clusters: every object in the graph pickles.
 """
 
 from __future__ import annotations

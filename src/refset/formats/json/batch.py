@@ -226,7 +226,7 @@ class _Reader:
         out = []
         for m, i, k0, k1, v0, v1 in zip(rows.tolist(), owner[rows].tolist(), ks[rows].tolist(),
                                         ke[rows].tolist(), vs[rows].tolist(), ve[rows].tolist()):
-            raw = data[k0:k1]
+            raw = bytes(data[k0:k1])  # a key of the memo (the batch reads its texts as bytes: no copy)
             key = texts.get(raw)
             if key is None:
                 key = texts[raw] = text(k0, k1)
@@ -236,7 +236,7 @@ class _Reader:
                     raise NotBatch  # a template: Version 1 with templates, or a mistake
                 v: Any = (url,) if whole[m] else (url, int(offset[m]), int(length[m]))
             else:
-                vraw = data[v0 - 1:v1] if v1 - v0 < MEMO_SIZE else None  # with the quote: no key's text
+                vraw = bytes(data[v0 - 1:v1]) if v1 - v0 < MEMO_SIZE else None  # with the quote: no key's text
                 v = texts.get(vraw) if vraw is not None else None
                 if v is None:
                     v = _string(doc, v0, v1, key)
@@ -397,8 +397,9 @@ def open_json(path: str, storage_options: dict[str, Any]) -> ReferenceSet:
     """One input of a batch as a set of its own (a batch's inputs are JSON reference files), which
     pickles as its path."""
     from refset.formats.json.read import read_json
+    from refset.io.local import local_path
 
-    path = os.path.abspath(path)  # reopened by a Dask worker from any directory
+    path = os.path.abspath(local_path(path))  # reopened by a Dask worker from any directory
     return ReferenceSet(read_json(path, storage_options=storage_options),
                         origin=(open_json, (path, storage_options), {}))
 

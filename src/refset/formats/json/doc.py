@@ -30,7 +30,7 @@ _ESCAPE_OR_CONTROL = re.compile(rb"[\x00-\x1f\\]")  # a backslash, or a byte JSO
 class Doc:
     """The text and its string table; member m of the body has key string ``first + 2m``."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | bytearray) -> None:
         self.data = data
         self.a = np.frombuffer(data, np.uint8)
         self.W = words(data)
@@ -117,7 +117,7 @@ def member_shape(doc: Doc, m: np.ndarray, more: np.ndarray | None = None) -> tup
     return ks, ke, vs, ve, is_arr, whole, offset, length, term
 
 
-def base64_bytes(data: bytes, s: int, e: int) -> bytes | None:
+def base64_bytes(data: bytes | bytearray, s: int, e: int) -> bytes | None:
     """The bytes of a ``base64:`` string value decoded straight from the text (its common case:
     strict base64 has no escapes), else None for the generic path."""
     if e - s > 7 and data[s:s + 7] == b"base64:":  # data: bytes or an mmap

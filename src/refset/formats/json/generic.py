@@ -18,7 +18,7 @@ from refset.options import DEFAULT_LIMITS, Limits
 __all__ = ["from_document", "collect", "decode_json", "is_v1"]
 
 
-def decode_json(data: bytes) -> Any:
+def decode_json(data: bytes | bytearray) -> Any:
     """Parse JSON text; a syntax error becomes InvalidReferences naming the position.
 
     ``NaN``, ``Infinity`` and ``-Infinity`` are accepted, as Python's json (and fsspec) read them:

@@ -511,7 +511,7 @@ def _listed(batches: list[tuple[Any, ...]]) -> Iterator[tuple[str, np.ndarray]]:
             yield path, flat[aid == j]
 
 
-def plan_document(data: bytes, template_overrides: Mapping[str, str] | None = None,
+def plan_document(data: bytes | bytearray, template_overrides: Mapping[str, str] | None = None,
                   max_gen: int | None = None, limits: Limits = DEFAULT_LIMITS) -> Plan | None:
     """The plan of a JSON document, or None when it needs the generic parser (small, or a shape the
     vectorised reader does not take)."""

@@ -44,7 +44,7 @@ def _release_freed_memory() -> None:
 
 
 def json_source(
-    box: list[bytes],
+    box: list[bytes | bytearray],
     *,
     max_gen: int = DEFAULT_MAX_GEN,
     template_overrides: Mapping[str, str] | None = None,
@@ -118,7 +118,7 @@ def read_json(
     return src
 
 
-def document_problems(data: bytes, *, max_gen: int = DEFAULT_MAX_GEN, limits: Limits = DEFAULT_LIMITS,
+def document_problems(data: bytes | bytearray, *, max_gen: int = DEFAULT_MAX_GEN, limits: Limits = DEFAULT_LIMITS,
                       ) -> list[str]:
     """Every problem of a JSON reference document, one line each (empty when valid)."""
     plan = plan_document(data, None, max_gen, limits)

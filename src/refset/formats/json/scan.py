@@ -167,7 +167,7 @@ def _same_words(W: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.ndarray:
     return same
 
 
-def decode_string(data: bytes, s: int, e: int) -> str:
+def decode_string(data: bytes | bytearray, s: int, e: int) -> str:
     """The JSON string whose raw text (without quotes) is ``data[s:e]``; Fallback if invalid."""
     import msgspec
 
@@ -180,7 +180,7 @@ def decode_string(data: bytes, s: int, e: int) -> str:
 QUOTE_BLOCK = 1 << 22  # bytes scanned per task: its temporaries stay small and are reused
 
 
-def quotes(data: bytes, a: np.ndarray) -> np.ndarray:
+def quotes(data: bytes | bytearray, a: np.ndarray) -> np.ndarray:
     """Positions of the unescaped quotes."""
     dt = np.int32 if a.size < 2**31 - 64 else np.int64
 
