@@ -58,6 +58,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
             return
         self.server.bump()
+        self.server.enter()
+        try:
+            self._answer(body)
+        finally:
+            self.server.leave()
+
+    def _answer(self, body: bool) -> None:
         if self.server.delay:
             time.sleep(self.server.delay)
         if self.server.fault == "stall":  # read the request, never answer
@@ -145,12 +152,23 @@ class _Server(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self.count = 0
         self.nbytes = 0
+        self.inflight = 0
+        self.most_inflight = 0  # the most requests answered at once
         self._lock = threading.Lock()
 
     def bump(self, requests: int = 1, nbytes: int = 0) -> None:
         with self._lock:
             self.count += requests
             self.nbytes += nbytes
+
+    def enter(self) -> None:
+        with self._lock:
+            self.inflight += 1
+            self.most_inflight = max(self.most_inflight, self.inflight)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.inflight -= 1
 
 
 class RangeServer:
@@ -174,9 +192,15 @@ class RangeServer:
     def bytes(self) -> int:
         return self._srv.nbytes
 
+    @property
+    def most_inflight(self) -> int:
+        """The most requests the server was answering at once (since the last :meth:`reset`)."""
+        return self._srv.most_inflight
+
     def reset(self) -> None:
         self._srv.count = 0
         self._srv.nbytes = 0
+        self._srv.most_inflight = 0
 
     @property
     def delay(self) -> float:

@@ -394,10 +394,41 @@ def test_coordinates_read_over_http_are_checked(tmp_path: Path) -> None:
     want = combine([refset.scan(f, inline_threshold=0) for f in files], concat_dims="time")
     with RangeServer(tmp_path) as srv:
         urls = [f"{srv.url}/{f.name}" for f in files]
-        sets = [refset.scan(u, inline_threshold=0) for u in urls]  # time is a reference, read to combine
+        # time is a reference, read to combine: the sets as read back from a stored form (a scan's own
+        # set keeps the values it read, which combine would not ask for again)
+        sets = [refset.load(refset.scan(u, inline_threshold=0).to_dict()) for u in urls]
         srv.fault = "ignore"
         got = combine(sets, concat_dims="time")
         assert refset.rename_urls(got, {f"{srv.url}/": f"{tmp_path}/"}).to_dict() == want.to_dict()
         srv.fault = "shift"
         with pytest.raises(ReferenceNotReachable, match=re.escape(srv.url) + r"/day0\d\.nc.*Content-Range"):
             combine(sets, concat_dims="time")
+
+
+def test_remote_data_files_cost_one_request_each(tmp_path: Path) -> None:
+    """Combining data files over HTTP asks the server once per file: the scan's first read tells the
+    file's kind and holds its metadata, and the coordinate values combine needs (time, and lat/lon
+    checked as identical dims) come from what the scan read. Files are scanned concurrently; the
+    result equals the local one, names the URLs, and pickles with what it kept."""
+    import pickle
+
+    from tests.httpserver import RangeServer
+
+    files = _days(tmp_path, 5)
+    want = combine(files, concat_dims="time", identical_dims=["lat", "lon"], scan_options={"inline_threshold": 0})
+    with RangeServer(tmp_path, delay=0.02) as srv:
+        urls = [f"{srv.url}/{f.name}" for f in files]
+        got = combine(urls, concat_dims="time", identical_dims=["lat", "lon"],
+                      scan_options={"inline_threshold": 0})
+        assert srv.requests == len(urls)
+        assert refset.rename_urls(got, {f"{srv.url}/": f"{tmp_path}/"}).to_dict() == want.to_dict()
+        srv.reset()
+        one = refset.scan(urls[0], inline_threshold=0)
+        kept = dict(one.fetched)
+        assert {k[0] for k in kept} == {urls[0]} and len(kept) >= 3  # time, lat, lon
+        for (_url, off, n), data in kept.items():
+            with open(files[0], "rb") as f:
+                f.seek(off)
+                assert f.read(n) == data
+        assert pickle.loads(pickle.dumps(one)).fetched == kept
+        assert refset.load(one.to_dict()).fetched == {}  # a stored form keeps references only

@@ -112,7 +112,7 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
                                 identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
                                 coo_map=coo_map, coo_dtypes=coo_dtypes,
                                 storage_options=so, remote_options=ro, scan_options=_scan_options(a),
-                                client=client, progress=bar.update)
+                                client=client, progress=bar.update, concurrency=a.concurrency)
     except InvalidReferences as e:
         raise InvalidReferences([_cli_words(p) for p in e.problems]) from None
     except Unsupported as e:

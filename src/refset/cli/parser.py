@@ -233,6 +233,9 @@ def _combine_options(s: argparse.ArgumentParser, required: bool) -> None:
     s.add_argument("--workers", type=int, metavar="N",
                    help=f"processes of an embedded Dask cluster (default: one per core from "
                         f"{CLUSTER_INPUTS} inputs, else none; 0: this process)")
+    s.add_argument("--concurrency", type=lambda t: _positive(t, 1), metavar="N",
+                   help="remote files read at once, in this process and in each cluster task (default "
+                        "64; local files are scanned one after another)")
     s.add_argument("--quiet", action="store_true", help="no progress bar, summary or 'wrote' lines")
 
 

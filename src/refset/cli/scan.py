@@ -65,8 +65,8 @@ def cmd_scan(a: argparse.Namespace) -> int:
 
     run = Scan(**_scan_options(a))  # one run: files of one product share parsed headers
     with Bar(len(a.files), "scanning", many and wanted(a.quiet)) as bar, _unused_drops(a, len(a.files), where):
-        for src, dest in bar.iterate(zip(a.files, dests, strict=True)):
-            rs = run(src, storage_options=so)
+        scanned = run.many(a.files, so, concurrency=a.concurrency)  # remote files many at once
+        for src, dest, rs in bar.iterate(zip(a.files, dests, scanned, strict=True)):
             _save(rs, dest, a, options, so)
             n = sum(rs.table(p).count() for p in rs.grids)
             arrays, refs = arrays + len(rs.grids), refs + n

@@ -7,18 +7,17 @@ columns (no per-chunk Python): its position along each concat dim comes from its
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from refset.combine.coords import coordinates
-from refset.combine.inputs import absolute, expand_lists, open_input, warn_unused
+from refset.combine.inputs import absolute, expand_lists, open_input, open_inputs, warn_unused
 from refset.combine.placement import Combiner
 from refset.errors import InvalidReferences, OptionRef, Problem
 from refset.formats.json.batch import NotBatch, read_documents
 from refset.model.refset import ReferenceSet
 from refset.model.stack import SetStack
-from refset.scan import Scan, UnusedDropWarning
+from refset.scan import Scan
 
 __all__ = ["combine", "expand_lists", "open_input"]
 
@@ -41,6 +40,7 @@ def combine(
     client: Any = None,
     batch_size: int = 64,
     progress: Callable[[int], Any] | None = None,
+    concurrency: int | None = None,
 ) -> ReferenceSet:
     """One set from ``inputs`` (sets, dicts, reference files in any format, or NetCDF/HDF5 files,
     which are scanned) concatenated along ``concat_dims``, in the order of their coordinates.
@@ -57,6 +57,8 @@ def combine(
     ``remote_options``: for the data files their references point into, read for coordinate values
     (default: ``storage_options``). ``scan_options``: keywords of :func:`refset.scan` for the inputs
     that are data files (``inline_threshold``, ``group``, ``drop_variables``, ``subchunk``). ``progress(n)`` is called as each input has been opened (scanned), with 1.
+    ``concurrency``: remote inputs opened at once, in this process and in each cluster task (default
+    :data:`refset.scan.CONCURRENCY`; local files are scanned one after another).
     """
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
@@ -85,21 +87,11 @@ def combine(
         out = combine_on_cluster(client, items, dims=dims, identical=list(identical_dims),
                                  coo_map=dict(coo_map or {}), coo_dtypes=dict(coo_dtypes or {}),
                                  preprocess=preprocess, check=check, so=so, ro=ro, batch=batch_size,
-                                 progress=progress, scan_options=sc)
+                                 progress=progress, scan_options=sc, concurrency=concurrency)
         _check_identical(identical_dims, list(out.grids))
         return postprocess(out) if postprocess is not None else out
-    opened, unused = [], []
     run = Scan(**sc)  # one run for the data files: files of one product share parsed headers
-    for i, x in enumerate(items):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", UnusedDropWarning)
-            opened.append(open_input(x, i, storage_options=so, scan=run))
-        unused.append(set().union(*(w.message.names for w in caught if isinstance(w.message, UnusedDropWarning))))
-        for w in caught:
-            if not isinstance(w.message, UnusedDropWarning):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        if progress is not None:
-            progress(1)
+    opened, unused = open_inputs(items, storage_options=so, scan=run, concurrency=concurrency, progress=progress)
     warn_unused(unused)
     sets = [rs for rs, _ in opened]
     names = [n for _, n in opened]

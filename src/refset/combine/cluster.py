@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import pickle
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -60,19 +59,18 @@ def _one_input(sel: Any, i: int) -> Any:
 def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]], dims: Sequence[str],
                 coo_dtypes: Mapping[str, Any], so: Mapping[str, Any], ro: Mapping[str, Any],
                 preprocess: Callable[..., ReferenceSet] | None,
-                scan_options: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[set[str]]]:
-    """Inputs ``start...`` opened (scanned, with ``scan_options``) with ``so``, each one's coordinate
-    values and attributes (data read with ``ro``), and the names to drop each one lacked."""
-    from refset.combine.inputs import open_input
-    from refset.scan import Scan, UnusedDropWarning
+                scan_options: Mapping[str, Any], concurrency: int | None = None,
+                ) -> tuple[list[Any], list[Any], list[set[str]]]:
+    """Inputs ``start...`` opened (scanned, with ``scan_options``; remote ones ``concurrency`` at a
+    time) with ``so``, each one's coordinate values and attributes (data read with ``ro``), and the
+    names to drop each one lacked (reported once, by the client)."""
+    from refset.combine.inputs import open_inputs
+    from refset.scan import Scan
 
-    sets, coords, unused = [], [], []
+    sets, coords = [], []
     run = Scan(**scan_options)  # one run per task: its files share parsed headers
-    for k, x in enumerate(xs):
-        with warnings.catch_warnings(record=True) as caught:  # reported once, by the client
-            warnings.simplefilter("always", UnusedDropWarning)
-            rs, name = open_input(x, start + k, storage_options=so, scan=run)
-        unused.append(set().union(*(w.message.names for w in caught if isinstance(w.message, UnusedDropWarning))))
+    opened, unused = open_inputs(xs, start, storage_options=so, scan=run, concurrency=concurrency)
+    for k, (rs, name) in enumerate(opened):
         if preprocess is not None:
             rs = preprocess(rs)
         sets.append((rs, name))
@@ -123,7 +121,8 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
                        preprocess: Callable[..., ReferenceSet] | None, check: bool,
                        so: Mapping[str, Any], ro: Mapping[str, Any] | None = None, batch: int = BATCH,
                        progress: Callable[[int], Any] | None = None,
-                       scan_options: Mapping[str, Any] | None = None) -> ReferenceSet:
+                       scan_options: Mapping[str, Any] | None = None,
+                       concurrency: int | None = None) -> ReferenceSet:
     if batch < 2:
         raise ValueError(f"batch_size: must be at least 2, got {batch}")
     n = len(items)
@@ -134,7 +133,8 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
     threads = sum(client.nthreads().values()) or 1
     size = max(1, min(batch, -(-n // (4 * threads))))
     groups = [client.submit(_open_group, items[s:s + size], s, maps[s:s + size], dims, coo_dtypes, so, ro,
-                            preprocess, dict(scan_options or {}), pure=False) for s in range(0, n, size)]
+                            preprocess, dict(scan_options or {}), concurrency, pure=False)
+              for s in range(0, n, size)]
     pending = [client.submit(_coords_part, g, pure=False) for g in groups]
     if progress is not None:
         from distributed import as_completed

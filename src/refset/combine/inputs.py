@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from refset.abc.scanner import HEAD
 from refset.errors import InvalidReferences
 from refset.model.refset import ReferenceSet
 from refset.scan import Scan, UnusedDropWarning
 
-__all__ = ["ListItem", "absolute", "expand_lists", "open_input", "warn_unused"]
+__all__ = ["ListItem", "absolute", "expand_lists", "open_input", "open_inputs", "warn_unused"]
 
 
 def absolute(x: Any) -> Any:
@@ -111,7 +110,8 @@ def warn_unused(unused: list[set[str]]) -> None:
 def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | None = None,
                scan: Scan | None = None) -> tuple[ReferenceSet, str]:
     """``(set, name)`` of one input: a set or dict as it is, a path/URL to a data file scanned (by the
-    run ``scan``, a new one by default), any other path loaded as a reference set."""
+    run ``scan``, a new one by default), any other path loaded as a reference set. A file is told from
+    the scan's own first read: a remote data file costs one request to tell and scan."""
     from refset.formats import load
 
     if isinstance(x, ReferenceSet | Mapping | ListItem):
@@ -122,31 +122,52 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
     if not isinstance(x, str | os.PathLike):
         raise InvalidReferences(f"combine: input {index} is a {type(x).__name__}, not a set, a dict or a path")
     url = os.fspath(x)
-    if _is_data_file(url, storage_options or {}):
-        return (scan or Scan())(url, storage_options), url
+    scanned = (scan or Scan()).scan_if_data(url, storage_options)
+    if scanned is not None:
+        return scanned, url
     return load(url, storage_options=storage_options), url
 
 
-def _is_data_file(url: str, so: Mapping[str, Any]) -> bool:
-    """Whether a scanner reads the file at ``url`` (told by its content: an HDF5 user block too);
-    one that starts like a reference set is not probed further."""
-    from refset.io.magic import file_reader, starts_like_refs
-    from refset.io.store import LocalStore, open_store
-    from refset.scan.registry import scanner_for
+def open_inputs(items: Sequence[Any], start: int = 0, *, storage_options: Mapping[str, Any] | None = None,
+                scan: Scan | None = None, concurrency: int | None = None,
+                progress: Callable[[int], Any] | None = None,
+                ) -> tuple[list[tuple[ReferenceSet, str]], list[set[str]]]:
+    """Every input opened as :func:`open_input` opens it (``start``: the first one's index), remote data
+    files scanned ``concurrency`` at a time (default :data:`refset.scan.CONCURRENCY`), and for each
+    input the names to drop that it lacked (their warnings are kept back: the caller warns once).
+    ``progress(1)`` is called as each input has been opened, in order."""
+    from refset.io.local import is_local
 
-    store = open_store(url, so)
-    if isinstance(store, LocalStore):  # the common case, without fsspec's per-call cost
-        if os.path.isdir(store.root):
-            return False
-        with open(store.root, "rb") as fh:
-            fsize = os.fstat(fh.fileno()).st_size
-            read_at = file_reader(fh)
-            return not starts_like_refs(read_at(0, 16)) and scanner_for(read_at, fsize) is not None
-    if store.isdir():
-        return False
-    head, size = store.read_sized("", 0, HEAD)
-    if len(head) < 16 or starts_like_refs(head):
-        return False
-    if size is None:
-        size = store.size()
-    return scanner_for(lambda o, n: head[o:o + n] if o + n <= len(head) else store.read("", o, o + n), size) is not None
+    run = scan or Scan()
+    so = storage_options or {}
+    remote = [i for i, x in enumerate(items)
+              if isinstance(x, str | os.PathLike) and not is_local(os.fspath(x), so)]
+    opened: list[tuple[ReferenceSet, str] | None] = [None] * len(items)
+    unused: list[set[str]] = [set() for _ in items]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnusedDropWarning)
+        if len(remote) > 1:
+            urls = [os.fspath(items[i]) for i in remote]
+            for i, url, rs in zip(remote, urls, run.scan_many_if_data(urls, so, concurrency=concurrency),
+                                  strict=True):
+                if rs is not None:
+                    opened[i] = (rs, url)
+        threaded = len(caught)  # their warnings name their files: matched below
+        for i, x in enumerate(items):
+            if opened[i] is None:
+                mark = len(caught)
+                opened[i] = open_input(x, start + i, storage_options=so, scan=run)
+                unused[i] = {n for w in caught[mark:] if isinstance(w.message, UnusedDropWarning)
+                             for n in w.message.names}
+            if progress is not None:
+                progress(1)
+    by_url: dict[str, set[str]] = {}
+    for k, w in enumerate(caught):
+        if not isinstance(w.message, UnusedDropWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        elif k < threaded:
+            by_url.setdefault(w.message.url, set()).update(w.message.names)
+    for i in remote:
+        if opened[i] is not None and not unused[i]:
+            unused[i] = by_url.get(os.fspath(items[i]), set())
+    return [o for o in opened if o is not None], unused

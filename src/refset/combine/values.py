@@ -85,7 +85,7 @@ def read_arrays(inputs: SetStack, path: str, which: Iterable[int],
             elif k in (RANGE, WHOLE):
                 chunks.append((f, fetch.setdefault((urls[p], o, o + n if k == RANGE else -1), len(fetch))))
         plans.append((meta, chunks, path, (meta, tuple(chunks))))
-    data = _fetch(list(fetch), storage_options or {})
+    data = _fetch(list(fetch), storage_options or {}, inputs.fetched)
     done: dict[Any, np.ndarray] = {}
     out = []
     for meta, chunks, path, same in plans:
@@ -95,11 +95,22 @@ def read_arrays(inputs: SetStack, path: str, which: Iterable[int],
     return out
 
 
-def _fetch(items: list[tuple[str, int, int]], storage_options: Mapping[str, Any]) -> list[bytes]:
-    """The bytes of each ``(url, start, end)`` (``end < 0``: the whole file), through the byte layer."""
+def _fetch(items: list[tuple[str, int, int]], storage_options: Mapping[str, Any],
+           fetched: Mapping[tuple[str, int, int], bytes] | None = None) -> list[bytes]:
+    """The bytes of each ``(url, start, end)`` (``end < 0``: the whole file): those a scan already
+    read from ``fetched`` (by url, offset, length), the rest through the byte layer."""
     from refset.io.store import read_many
 
-    return read_many(items, storage_options) if items else []
+    out: list[bytes | None] = [None] * len(items)
+    if fetched:
+        for i, (url, start, end) in enumerate(items):
+            if end >= 0:
+                out[i] = fetched.get((url, start, end - start))
+    missing = [i for i, d in enumerate(out) if d is None]
+    for i, data in zip(missing, read_many([items[i] for i in missing], storage_options) if missing else [],
+                       strict=True):
+        out[i] = data
+    return [d for d in out if d is not None]
 
 
 def _codecs(meta: ArrayMetadata, path: str) -> list[Any]:

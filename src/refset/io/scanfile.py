@@ -59,6 +59,23 @@ class ScanFile:
             self._blocks[i] = got
         return got
 
+    def cached(self, offset: int, length: int) -> bytes | None:
+        """The bytes at ``(offset, length)`` when a remote file's reads so far hold them (no request);
+        None otherwise, and for a local file (its reads cost nothing to repeat)."""
+        if self.local or offset < 0 or length < 0 or offset + length > self.size:
+            return None
+        if offset + length <= len(self.head):
+            return self.head[offset:offset + length]
+        first, last = offset // _BLOCK, (offset + length - 1) // _BLOCK if length else offset // _BLOCK
+        parts = []
+        for i in range(first, last + 1):
+            block = self._blocks.get(i)
+            if block is None:
+                return None
+            parts.append(block)
+        data = b"".join(parts)
+        return data[offset - first * _BLOCK:offset - first * _BLOCK + length]
+
     def read_ranges(self, offsets: Sequence[int], lengths: Sequence[int]) -> list[bytes]:
         """The bytes at each (offset, length): from the first GET where they lie in it, the rest in
         one concurrent round of checked requests; a short read raises ``OSError``."""

@@ -23,12 +23,16 @@ class MemorySource:
         tables: Mapping[str, ChunkTable],
         other: KeyTable,
         info: Mapping[str, object] | None = None,
+        fetched: Mapping[tuple[str, int, int], bytes] | None = None,
     ) -> None:
         self._urls = tuple(urls)
         self.metadata = dict(metadata)
         self.tables = dict(tables)
         self._other = other
         self._info = dict(info or {})
+        #: bytes of some of the set's range references, already read when it was made (url, offset,
+        #: length) -> bytes: a scan keeps its small arrays' so that combine need not read them again
+        self.fetched = dict(fetched or {})
 
     @classmethod
     def of_parts(cls, urls: tuple[str, ...], tables: Mapping[str, ChunkTable], other: KeyTable,

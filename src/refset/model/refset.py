@@ -231,6 +231,22 @@ class ReferenceSet(Mapping[str, Ref]):
         """``{array path: Array}``, reading lazily stored tables on access."""
         return _Arrays(self)
 
+    @property
+    def fetched(self) -> Mapping[tuple[str, int, int], bytes]:
+        """Bytes of some of this set's range references that were read when it was made, by
+        ``(url, offset, length)``: a remote scan keeps its small arrays' (coordinates), so that
+        combine does not ask the server for them again. Empty for sets read from a stored form."""
+        src = self._source
+        return src.fetched if isinstance(src, MemorySource) else {}
+
+    def with_fetched(self, fetched: Mapping[tuple[str, int, int], bytes]) -> ReferenceSet:
+        """This in-memory set (its columns shared) remembering ``fetched`` (see :attr:`fetched`)."""
+        m = self.loaded()
+        src = m._source
+        assert isinstance(src, MemorySource)
+        return ReferenceSet(MemorySource(src.urls(), src.metadata, src.tables, src.other(), src.info(),
+                                         {**src.fetched, **fetched}), origin=self._origin)
+
     def loaded(self) -> ReferenceSet:
         """This set with every table read: an in-memory set sharing the columns, whose URL table is
         final (what writers work from)."""
@@ -430,7 +446,7 @@ class ReferenceSet(Mapping[str, Ref]):
         m = self.loaded()
         src = m._source
         assert isinstance(src, MemorySource)
-        return (_from_memory, (src.urls(), src.metadata, src.tables, src.other(), src.info()))
+        return (_from_memory, (src.urls(), src.metadata, src.tables, src.other(), src.info(), src.fetched))
 
 
 def _reopen(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ReferenceSet:
@@ -438,8 +454,9 @@ def _reopen(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reference
 
 
 def _from_memory(urls: tuple[str, ...], metadata: dict[str, ArrayMetadata], tables: dict[str, ChunkTable],
-                 other: KeyTable, info: dict[str, object]) -> ReferenceSet:
-    return ReferenceSet(MemorySource(urls, metadata, tables, other, info))
+                 other: KeyTable, info: dict[str, object],
+                 fetched: dict[tuple[str, int, int], bytes] | None = None) -> ReferenceSet:
+    return ReferenceSet(MemorySource(urls, metadata, tables, other, info, fetched))
 
 
 class _Arrays(Mapping[str, Array]):

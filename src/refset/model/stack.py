@@ -65,7 +65,8 @@ class SetStack:
 
     def __init__(self, names: Sequence[str], urls: Sequence[str], metadata: Sequence[Mapping[str, ArrayMetadata]],
                  meta: Sequence[Mapping[str, Ref]], rows: Callable[[str], Rows],
-                 sets: Callable[[int], ReferenceSet]) -> None:
+                 sets: Callable[[int], ReferenceSet],
+                 fetched: Mapping[tuple[str, int, int], bytes] | None = None) -> None:
         self.names = list(names)
         self.urls = tuple(urls)
         self.metadata = [dict(m) for m in metadata]
@@ -74,6 +75,8 @@ class SetStack:
         self._rows_of = rows
         self._set_of = sets
         self._rows: dict[str, Rows] = {}
+        #: bytes of range references already read, by (url, offset, length) (see ReferenceSet.fetched)
+        self.fetched = fetched or {}
 
     @property
     def n(self) -> int:
@@ -129,7 +132,10 @@ class SetStack:
                 base += len(f)
             return Rows.of_parts(len(sets), parts, concat_inline(stores, at))
 
-        return cls(names, urls, [rs.metadata for rs in sets], meta, rows, sets.__getitem__)
+        fetched: dict[tuple[str, int, int], bytes] = {}
+        for rs in sets:
+            fetched.update(rs.fetched)
+        return cls(names, urls, [rs.metadata for rs in sets], meta, rows, sets.__getitem__, fetched)
 
 
 def _metadata(rs: ReferenceSet) -> dict[str, Ref]:

@@ -1,0 +1,78 @@
+"""Scanning many files: ``Scan.many`` keeps remote files in flight at once (a real HTTP server with
+latency counts the requests it answers together), yields the sets in the order given, raises a
+file's error where that file comes, and reads local files one after another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import netCDF4
+import numpy as np
+import pytest
+
+import refset
+from refset.errors import ReferenceNotReachable, Unsupported
+from refset.scan import CONCURRENCY, Scan
+from tests.httpserver import RangeServer
+
+
+def _files(tmp_path: Path, n: int) -> list[Path]:
+    out = []
+    for i in range(n):
+        p = tmp_path / f"f{i:02d}.nc"
+        with netCDF4.Dataset(p, "w") as ds:
+            ds.createDimension("t", 4)
+            ds.createVariable("v", "f4", ("t",), zlib=True)[:] = np.arange(4) + 10 * i
+        out.append(p)
+    return out
+
+
+def test_remote_files_are_scanned_together_in_order(tmp_path: Path) -> None:
+    files = _files(tmp_path, 12)
+    want = [refset.scan(f).to_dict() for f in files]
+    with RangeServer(tmp_path, delay=0.1) as srv:
+        urls = [f"{srv.url}/{f.name}" for f in files]
+        got = list(Scan().many(urls))
+        assert srv.requests == len(urls)  # one GET a small file
+        assert srv.most_inflight >= 6  # all 12 would fit under the default; a busy machine starts fewer
+        srv.reset()
+        got_two = list(Scan().many(urls, concurrency=2))
+        assert srv.most_inflight <= 2
+    for w, g, g2, f, u in zip(want, got, got_two, files, urls, strict=True):
+        assert refset.rename_urls(g, {u: str(f)}).to_dict() == w
+        assert g2.to_dict() == g.to_dict()
+
+
+def test_an_error_comes_where_its_file_does(tmp_path: Path) -> None:
+    files = _files(tmp_path, 4)
+    (tmp_path / "not-data.txt").write_text("hello")
+    with RangeServer(tmp_path) as srv:
+        urls = [f"{srv.url}/{f.name}" for f in files]
+        urls.insert(2, f"{srv.url}/not-data.txt")
+        urls.insert(4, f"{srv.url}/missing.nc")
+        it = Scan().many(urls)
+        assert next(it)["v/.zarray"] and next(it)["v/.zarray"]
+        with pytest.raises(Unsupported, match=r"not-data\.txt: not a NetCDF3, NetCDF4 or HDF5 file"):
+            next(it)
+        # the run goes on past a file's error, as a loop of scans would
+        it = Scan().many(urls[3:])
+        assert next(it)["v/.zarray"]
+        with pytest.raises((FileNotFoundError, ReferenceNotReachable), match=r"missing\.nc"):
+            next(it)
+        # what no scanner reads is None, from the same single read
+        srv.reset()
+        got = list(Scan().scan_many_if_data(urls[:4]))
+        assert [g is None for g in got] == [False, False, True, False] and srv.requests == 4
+
+
+def test_local_files_one_after_another_and_checked_options(tmp_path: Path) -> None:
+    files = _files(tmp_path, 3)
+    with h5py.File(tmp_path / "h.h5", "w") as f:
+        f["x"] = np.arange(3)
+    got = list(Scan(inline_threshold=0).many([*files, tmp_path / "h.h5"]))
+    assert [len(g.urls) for g in got] == [1, 1, 1, 1]
+    assert got[3]["x/0"][0] == str(tmp_path / "h.h5")
+    with pytest.raises(ValueError, match="concurrency: must be a positive integer, got 0"):
+        list(Scan().many(files, concurrency=0))
+    assert CONCURRENCY == 64
