@@ -1,15 +1,17 @@
 """How a scan reads its file: a local file directly; a remote one with a single GET of its first
-``head_bytes`` (the whole file when it is smaller), then 256 KiB blocks for metadata past them, every
-read through the byte layer's checked reader (``Content-Range``, lengths, retries, timeouts).
+``head_bytes`` (the whole file when it is smaller: it gives the size without a HEAD request), then by
+the ranges a reader asks for, each byte fetched once, every read through the byte layer's checked
+reader (``Content-Range``, lengths, retries, timeouts).
 
-HDF5 metadata is spread through a file (each variable's chunk index is written next to its data),
-so a remote scan that reads blocks on demand pays a round trip for each: 30 of them for a 2 MB
-NetCDF4 file. One GET of the first bytes answers every read of a small file at the cost of one round
-trip, and gives the file's size without a HEAD request.
+HDF5 metadata is spread through a file (each variable's chunk index is written next to its data), so
+a reader that asks for one structure at a time pays a round trip for each. A reader that knows what
+it needs next asks for all of it at once (:meth:`ScanFile.prefetch`: every chunk index of a level,
+every small chunk to inline), in one concurrent round, nearby ranges in one request.
 """
 
 from __future__ import annotations
 
+import bisect
 import io
 from collections.abc import Sequence
 from typing import Any
@@ -19,21 +21,28 @@ from refset.io.store import LocalStore
 
 __all__ = ["ScanFile", "HEAD_BYTES"]
 
-#: Bytes of a remote file read by the first GET (fsspec's HTTP files read ahead 5 MB the same way).
-HEAD_BYTES = 4 * 2**20
-_BLOCK = 256 * 1024
+#: Bytes of a remote file read by the first GET: the superblock and the object headers netCDF-C and
+#: h5py write at the start (64 KiB holds them for the corpus of daily products; a file this small is
+#: read whole), and the file's size from the answer.
+HEAD_BYTES = 64 * 1024
+_BLOCK = 256 * 1024  # a read past what is in hand fetches this much from where it starts
+#: Ranges read in one round closer than this are fetched as one request (the bytes between are cheaper
+#: than a request: at 100 MB/s and 20 ms a request, 2 MB would be; metadata lies closer than that)
+MERGE_GAP = 64 * 1024
 
 
 class ScanFile:
     """The scanned file: ``url`` (what its references name), ``file`` (seekable, for the format readers
-    and h5py), ``size``, and ``read_ranges`` for the small chunks stored in the set. Its bytes come
-    through the byte layer (``store``): a local file is opened directly."""
+    and h5py), ``size``, ``prefetch`` and ``read_ranges`` (several ranges in one round). Its bytes come
+    through the byte layer (``store``): a local file is opened directly; a remote one is read from its
+    first ``head_bytes`` and then by the ranges asked for, each byte fetched once."""
 
     def __init__(self, store: ByteStore, head_bytes: int = HEAD_BYTES, name: str | None = None) -> None:
         self.store = store
         self.url = store.url if name is None else name  # what the references name
         self.head = b""
-        self._blocks: dict[int, bytes] = {}
+        self._starts: list[int] = []  # the spans read past the head, sorted by start, not overlapping
+        self._spans: list[bytes] = []
         self.local = isinstance(store, LocalStore)
         if isinstance(store, LocalStore):  # self.local, spelled so that mypy narrows the store
             self.file: Any = open(store.root, "rb")
@@ -47,17 +56,7 @@ class ScanFile:
         if len(self.head) == self.size:
             self.file = io.BytesIO(self.head)
         else:
-            self.file = _HeadFile(self.head, self.size, self._block)
-
-    def _block(self, i: int) -> bytes:
-        """Block ``i`` (``_BLOCK`` bytes) of a remote file past its first GET, checked, kept."""
-        got = self._blocks.get(i)
-        if got is None:
-            start = i * _BLOCK
-            end = min(start + _BLOCK, self.size)
-            got = self.store.read_ranges("", [start], [end])[0]
-            self._blocks[i] = got
-        return got
+            self.file = _RemoteFile(self)
 
     def cached(self, offset: int, length: int) -> bytes | None:
         """The bytes at ``(offset, length)`` when a remote file's reads so far hold them (no request);
@@ -66,42 +65,124 @@ class ScanFile:
             return None
         if offset + length <= len(self.head):
             return self.head[offset:offset + length]
-        first, last = offset // _BLOCK, (offset + length - 1) // _BLOCK if length else offset // _BLOCK
-        parts = []
-        for i in range(first, last + 1):
-            block = self._blocks.get(i)
-            if block is None:
+        end, pos = offset + length, offset
+        pieces: list[bytes] = []
+        if offset < len(self.head):  # the head's end, then the spans after it
+            pieces.append(self.head[offset:])
+            pos = len(self.head)
+        k = bisect.bisect_right(self._starts, pos) - 1
+        if k < 0:
+            return None
+        while pos < end or not pieces:
+            if k >= len(self._starts) or self._starts[k] > pos:
+                return None  # a gap
+            start, span = self._starts[k], self._spans[k]
+            if start + len(span) <= pos and pos < end:
                 return None
-            parts.append(block)
-        data = b"".join(parts)
-        return data[offset - first * _BLOCK:offset - first * _BLOCK + length]
+            pieces.append(span[pos - start:end - start])
+            pos = start + len(span)
+            k += 1
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Fetch the parts of the byte ranges ``[start, end)`` not yet in hand, in one concurrent round
+        (parts closer than :data:`MERGE_GAP` in one request), so that reading them costs nothing after
+        and no byte is fetched twice: how a
+        reader that knows what it needs next (every chunk index of a level) saves a round trip per
+        structure. Nothing for a local file or a file read whole."""
+        if self.local or len(self.head) == self.size:
+            return
+        missing: list[tuple[int, int]] = []
+        for a, b in sorted(ranges):
+            missing += self._missing(max(a, len(self.head)), min(b, self.size))
+        merged: list[list[int]] = []
+        for a, b in sorted(set(missing)):
+            last = merged[-1][1] if merged else -1
+            # one request with the one before when they overlap, or lie close with nothing in hand between
+            if merged and (last >= a or (a - last <= MERGE_GAP and self._missing(last, a) == [(last, a)])):
+                merged[-1][1] = max(last, b)
+            else:
+                merged.append([a, b])
+        if merged:
+            got = self.store.read_ranges("", [m[0] for m in merged], [m[1] for m in merged])
+            for (a, _b), data in zip(merged, got, strict=True):
+                self._keep(a, data)
+
+    def _missing(self, a: int, b: int) -> list[tuple[int, int]]:
+        """The parts of ``[a, b)`` (past the head) that no span holds."""
+        out = []
+        k = max(0, bisect.bisect_right(self._starts, a) - 1)
+        pos = a
+        while pos < b and k < len(self._starts):
+            start, end = self._starts[k], self._starts[k] + len(self._spans[k])
+            if end <= pos:
+                k += 1
+                continue
+            if start >= b:
+                break
+            if start > pos:
+                out.append((pos, start))
+            pos = max(pos, end)
+            k += 1
+        if pos < b:
+            out.append((pos, b))
+        return out
+
+    def _keep(self, start: int, data: bytes) -> None:
+        """Add the span ``data`` at ``start``; spans it overlaps are joined with it (spans that only
+        touch stay apart: joining them would copy a file read block by block again and again)."""
+        end = start + len(data)
+        lo = bisect.bisect_left(self._starts, start)
+        if lo > 0 and self._starts[lo - 1] + len(self._spans[lo - 1]) > start:
+            lo -= 1
+        hi = lo
+        while hi < len(self._starts) and self._starts[hi] < end:
+            hi += 1
+        if lo == hi:
+            self._starts.insert(lo, start)
+            self._spans.insert(lo, data)
+            return
+        base = min(self._starts[lo], start)
+        last = max(end, self._starts[hi - 1] + len(self._spans[hi - 1]))
+        buf = bytearray(last - base)
+        for s_, d in zip(self._starts[lo:hi], self._spans[lo:hi], strict=True):
+            buf[s_ - base:s_ - base + len(d)] = d
+        buf[start - base:end - base] = data
+        self._starts[lo:hi] = [base]
+        self._spans[lo:hi] = [bytes(buf)]
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` of a remote file (fewer at its end): from what is in hand,
+        else fetched from ``offset`` on, at least a block."""
+        length = max(0, min(length, self.size - offset))
+        got = self.cached(offset, length)
+        if got is None:
+            self.prefetch([(offset, offset + max(length, _BLOCK))])
+            got = self.cached(offset, length)
+            assert got is not None  # just fetched (a short answer raised)
+        return got
 
     def read_ranges(self, offsets: Sequence[int], lengths: Sequence[int]) -> list[bytes]:
-        """The bytes at each (offset, length): from the first GET where they lie in it, the rest in
-        one concurrent round of checked requests; a short read raises ``OSError``."""
-        out: list[Any] = [None] * len(offsets)
-        far = []
-        head = len(self.head)
-        for i, (o, n) in enumerate(zip(offsets, lengths)):
-            if o + n <= head:
-                out[i] = self.head[o:o + n]
-            elif self.local:
+        """The bytes at each (offset, length), fetched in one concurrent round where not in hand
+        (neighbouring ones in one request); a short read raises ``OSError``."""
+        if self.local:
+            out = []
+            for o, n in zip(offsets, lengths, strict=True):
                 self.file.seek(o)
-                out[i] = self.file.read(n)
-            else:
-                far.append(i)
-        if far:
-            got = self.store.read_ranges("", [offsets[i] for i in far], [offsets[i] + lengths[i] for i in far])
-            for i, d in zip(far, got):
-                out[i] = d
-        for o, n, d in zip(offsets, lengths, out):
+                out.append(self.file.read(n))
+        else:
+            if len(self.head) != self.size:
+                self.prefetch([(o, o + n) for o, n in zip(offsets, lengths, strict=True)])
+            out = [self.cached(o, n) or b"" for o, n in zip(offsets, lengths, strict=True)]
+        for o, n, d in zip(offsets, lengths, out, strict=True):
             if len(d) != n:
                 raise OSError(f"{self.url}: short read at byte {o} ({len(d)} of {n} bytes)")
         return out
 
     def close(self) -> None:
         self.file.close()
-        self._blocks.clear()
+        self._starts.clear()
+        self._spans.clear()
 
     def __enter__(self) -> ScanFile:
         return self
@@ -110,12 +191,13 @@ class ScanFile:
         self.close()
 
 
-class _HeadFile(io.RawIOBase):
-    """A file whose first bytes are in memory and whose rest is read a block at a time through
-    ``block(i)`` (bytes ``i * _BLOCK`` to the next block or the end)."""
+class _RemoteFile(io.RawIOBase):
+    """A remote file as a seekable file object: reads come from what the :class:`ScanFile` holds, a
+    miss fetches a block from where it starts; ``prefetch(ranges)`` reads several ranges in one round."""
 
-    def __init__(self, head: bytes, size: int, block: Any) -> None:
-        self._head, self._size, self._block, self._pos = memoryview(head), size, block, 0
+    def __init__(self, sf: ScanFile) -> None:
+        self._sf, self._pos = sf, 0
+        self.prefetch = sf.prefetch
 
     def readable(self) -> bool:
         return True
@@ -127,25 +209,13 @@ class _HeadFile(io.RawIOBase):
         return self._pos
 
     def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._sf.size}[whence]
         self._pos = max(0, base + pos)
         return self._pos
 
     def readinto(self, b: Any) -> int:
-        want = min(len(b), max(0, self._size - self._pos))
-        end = self._pos + want
-        if end <= len(self._head):
-            b[:want] = self._head[self._pos:end]
-        else:
-            done = 0
-            while done < want:
-                pos = self._pos + done
-                block = self._block(pos // _BLOCK)
-                piece = block[pos % _BLOCK: pos % _BLOCK + want - done]
-                if not piece:
-                    break
-                b[done:done + len(piece)] = piece
-                done += len(piece)
-            want = done
-        self._pos += want
-        return want
+        want = min(len(b), max(0, self._sf.size - self._pos))
+        data = self._sf.read_at(self._pos, want) if want else b""
+        b[:len(data)] = data
+        self._pos += len(data)
+        return len(data)

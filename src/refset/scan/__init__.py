@@ -44,7 +44,8 @@ def scan(
     set. ``group``: scan only this HDF5 group (it becomes the root). ``drop_variables``: names or
     paths left out. ``subchunk``: split uncompressed chunks bigger than this many bytes along their
     first axis so that parallel reads work. ``head_bytes``: a remote file is read with one GET of
-    its first bytes (the whole file when smaller), then in blocks. ``options`` go to the format's
+    its first bytes (the whole file when smaller; 64 KiB by default), then only the ranges its
+    metadata needs, a level of its chunk indexes per round trip. ``options`` go to the format's
     scanner (HDF5: ``max_inline`` bytes of data read through h5py and stored for filters no codec
     decodes exactly; ``native=False`` reads the file through h5py). A variable that cannot be
     referenced exactly raises :class:`~refset.errors.Unsupported` naming it; a name to drop that the

@@ -31,6 +31,9 @@ __all__ = ["H5File", "Header", "read_header"]
 
 _MAX_MESSAGES = 100_000
 _MAX_NODES = 10_000_000
+#: Bytes read for a B-tree node before its header says its size (a node of 64 chunk entries of a
+#: 3-D array takes 24 + 65 * 40 bytes); a larger one is read again to its end.
+_NODE_GUESS = 4096
 
 
 class H5File:
@@ -146,6 +149,53 @@ class H5File:
                 todo.extend((int(c), level) for c in np.frombuffer(body, entry, n)["child"][::-1])
             else:
                 yield n, body
+
+    def prefetch_chunk_btrees(self, trees: list[tuple[int, int]]) -> None:
+        """Have the nodes of the chunk B-trees (version 1, type 1) at ``(address, rank)`` read a level
+        at a time: each level of all the trees in one round of the file's ``prefetch`` (a remote
+        file's), so that walking them after costs no request. A hint only: anything odd is left to the
+        walk, which checks everything it reads."""
+        prefetch = getattr(self.f, "prefetch", None)
+        if prefetch is None:
+            return
+        key: dict[int, int] = {}  # node -> its keys' size
+        for addr, rank in trees:
+            if addr != UNDEF and 0 <= self.base + addr < self.size:
+                key[addr] = 8 + 8 * (rank + 1)  # chunk size, filter mask, position + 1
+        level, seen = sorted(key), set(key)
+        for _ in range(64):  # deeper than any tree of a file this size
+            if not level:
+                return
+            prefetch([(self.base + a, self.base + a + _NODE_GUESS) for a in level])
+            heads: list[tuple[int, int, int]] = []  # (node, level, entries)
+            longer = []
+            for a in level:
+                pos = self.base + a
+                self.f.seek(pos)
+                h = self.f.read(24)
+                if len(h) < 24 or h[:4] != b"TREE" or h[4] != 1:
+                    continue
+                n = struct.unpack_from("<H", h, 6)[0]
+                heads.append((a, h[5], n))
+                end = pos + 24 + n * (key[a] + 8) + key[a]
+                if end > pos + _NODE_GUESS:
+                    longer.append((pos, min(end, self.size)))
+            if longer:
+                prefetch(longer)
+            nxt: list[int] = []
+            for a, depth, n in heads:
+                if not depth:
+                    continue
+                self.f.seek(self.base + a + 24)
+                body = self.f.read(n * (key[a] + 8))
+                if len(body) != n * (key[a] + 8):
+                    continue
+                for c in np.frombuffer(body, _entry_dtype(key[a]), n)["child"].tolist():
+                    if c not in seen and 0 <= self.base + c < self.size:
+                        seen.add(c)
+                        key[c] = key[a]
+                        nxt.append(c)
+            level = sorted(nxt)
 
     def symbol_table_links(self, btree: int, heap: int) -> list[tuple[bytes, int]]:
         """(name, object header address) of an old-style group, from its v1 B-tree (type 0)."""

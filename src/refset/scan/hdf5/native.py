@@ -248,6 +248,12 @@ class NativeNode:
         fill = (np.frombuffer(raw, t.dtype, 1) if raw is not None else np.zeros(1, t.dtype))[0]
         return shape, maxshape, t.dtype, filters, fill
 
+    def prefetch_chunk_indexes(self, datasets: list[Any]) -> None:
+        """Read the chunk indexes of ``datasets`` (nodes of this file) ahead, a level of all of them
+        per round trip (a remote file; nothing for a local one)."""
+        self.h5.prefetch_chunk_btrees([(d._btree, len(d.shape)) for d in datasets
+                                       if isinstance(d, NativeNode) and d.is_dataset and d.chunks is not None])
+
     def chunk_index(self, grid: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(flat indices in ``grid``, filter masks, offsets, sizes) of the chunks the B-tree lists."""
         if self._btree == UNDEF:

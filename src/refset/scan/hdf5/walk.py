@@ -65,6 +65,9 @@ class Walker:
             self.dims.setdefault(grp, []).append((_var_name(name), *_extent(ds, 0)))
         for grp, g in self.groups:
             self.out.group(grp, _attrs(self.raw(g), grp))
+        ahead = getattr(root, "prefetch_chunk_indexes", None)  # the native reader's: remote files
+        if ahead is not None:
+            ahead([ds for group in datasets.values() for _, ds in group])
         for grp, _g in reversed(self.groups):  # children before their parents, as netCDF-C
             for path, ds in datasets.get(grp, []):
                 name = _var_name(posixpath.basename(path))
