@@ -316,3 +316,33 @@ def test_combine_and_convert_progress_only_on_a_terminal(tmp_path: Path, cmd: st
     assert rc == 0 and tty.strip() == ""
     want = refset.combine(sets, concat_dims="run", coo_map={"run": "INDEX"}) if cmd == "combine" else sets[1]
     assert refset.load(out).to_dict() == refset.load(want).to_dict()
+
+
+def test_scan_a_glob_over_s3_into_one_set(tmp_path: Path, s3, capsys):
+    """`refset scan 's3://bucket/dir/*.nc' --concat-dim time` lists the bucket, scans what matches
+    (concurrently) and combines it; a glob matching nothing is a usage error naming it."""
+    import fsspec
+    import netCDF4
+    import numpy as np
+
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3)
+    for i in range(3):
+        p = tmp_path / f"day{i}.nc"
+        with netCDF4.Dataset(p, "w") as ds:
+            ds.createDimension("time", None)
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = [float(i)]
+            ds.createVariable("v", "f4", ("time",), chunksizes=(1,))[:] = [10.0 * i]
+        fs.put_file(str(p), f"refs/glob/day{i}.nc")
+    fs.put_file(str(p), "refs/glob/other.txt")
+    so = json.dumps(s3)
+    out = tmp_path / "all.json"
+    assert main(["scan", "s3://refs/glob/day*.nc", "--concat-dim", "time", "-o", str(out),
+                 "--storage-options", so, "--quiet", "--workers", "0", "--inline-threshold", "0"]) == 0
+    rs = refset.load(out)
+    assert sorted(rs.urls) == [f"s3://refs/glob/day{i}.nc" for i in range(3)]
+    ds = refset.open_dataset(out, remote_options=s3)
+    np.testing.assert_array_equal(ds.v.values, [0.0, 10.0, 20.0])
+    assert main(["scan", "s3://refs/glob/none*.nc", "-o", str(tmp_path / "x.json"), "--storage-options", so]) == 2
+    assert "s3://refs/glob/none*.nc: no file matches" in capsys.readouterr().err

@@ -131,4 +131,5 @@ def cmd_combine(a: argparse.Namespace) -> int:
     from refset.combine.inputs import expand_lists
 
     # a list-of-sets file counted as its items (in the progress bar and the summary)
-    return _combine_and_save(a, expand_lists(_inputs(a.inputs)), _json_arg(a.storage_options, "--storage-options"))
+    so = _json_arg(a.storage_options, "--storage-options")
+    return _combine_and_save(a, expand_lists(_inputs(a.inputs, so)), so)

@@ -108,8 +108,9 @@ def _check_protocol(url: str) -> None:
             raise NotInstalled(f"{url}: install {package} to read {protocol}:// URLs") from None
 
 
-def _inputs(items: Sequence[str]) -> list[str]:
-    """Inputs as given, with globs expanded (sorted) and ``@list.txt`` read one per line."""
+def _inputs(items: Sequence[str], storage_options: dict[str, Any] | None = None) -> list[str]:
+    """Inputs as given, with globs expanded (sorted; over ``s3://`` and the like too, and over HTTP
+    where the server lists its directories) and ``@list.txt`` read one per line."""
     import glob
 
     out: list[str] = []
@@ -117,8 +118,10 @@ def _inputs(items: Sequence[str]) -> list[str]:
         if item.startswith("@"):
             with open(item[1:], encoding="utf-8") as f:
                 out.extend(line.strip() for line in f if line.strip() and not line.startswith("#"))
-        elif "://" not in item and glob.has_magic(item):
-            found = sorted(glob.glob(item))
+        elif glob.has_magic(item.split("://", 1)[-1]):
+            from refset.io.store import glob as glob_urls
+
+            found = glob_urls(item, storage_options)
             if not found:
                 raise UsageError(f"{item}: no file matches")
             out.extend(found)

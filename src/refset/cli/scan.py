@@ -39,9 +39,10 @@ def cmd_scan(a: argparse.Namespace) -> int:
     import time
 
     t0 = time.perf_counter()
-    a.files = _inputs(a.files)
+    so = _json_arg(a.storage_options, "--storage-options")
+    a.files = _inputs(a.files, so)
     if a.concat_dim:
-        return _combine_and_save(a, a.files, _json_arg(a.storage_options, "--storage-options"))
+        return _combine_and_save(a, a.files, so)
     if a.remote_options is not None:
         raise UsageError("--remote-options: used with --concat-dim (reading coordinate values); a scan "
                          "reads only FILE, with --storage-options")
@@ -53,7 +54,6 @@ def cmd_scan(a: argparse.Namespace) -> int:
     many = len(a.files) > 1
     if many and "://" not in a.output and os.path.isfile(a.output):
         raise UsageError(f"-o {a.output}: several files need a directory (end it with /)")
-    so = _json_arg(a.storage_options, "--storage-options")
     dests = [_scan_output(src, a.output, many, a.format) for src in a.files]
     options = _writer_options(a, dests[0], check_suffix=not (many or a.output.endswith("/")))
     _refuse_existing(a, dests, made=a.output if many or a.output.endswith("/") else None)

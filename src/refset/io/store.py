@@ -14,7 +14,7 @@ from refset.abc.bytestore import ByteStore
 from refset.errors import ReferenceNotReachable
 from refset.io.local import is_local, local_path
 
-__all__ = ["open_store", "LocalStore", "FsspecStore", "read_bytes", "read_many", "reading_options"]
+__all__ = ["glob", "open_store", "LocalStore", "FsspecStore", "read_bytes", "read_many", "reading_options"]
 
 #: From this size a whole local file is memory-mapped rather than read.
 MMAP_FROM = 1 << 22
@@ -39,6 +39,20 @@ def open_store(url: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     if is_local(url, storage_options):
         return LocalStore(url)
     return FsspecStore(url, storage_options)
+
+
+def glob(pattern: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The paths or URLs matching ``pattern`` (``*``, ``?``, ``[...]``), sorted: local ones by the
+    file system, others by their fsspec file system's listing (S3, GCS, Azure; HTTP where the server
+    lists its directories), as URLs with their protocol."""
+    import glob as _glob
+
+    if is_local(pattern, storage_options):
+        return sorted(_glob.glob(os.path.expanduser(pattern.removeprefix("file://"))))
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(pattern, **dict(storage_options or {}))
+    return sorted(fs.unstrip_protocol(p) for p in fs.glob(path))
 
 
 def read_bytes(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> bytes:
