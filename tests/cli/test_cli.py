@@ -346,3 +346,21 @@ def test_scan_a_glob_over_s3_into_one_set(tmp_path: Path, s3, capsys):
     np.testing.assert_array_equal(ds.v.values, [0.0, 10.0, 20.0])
     assert main(["scan", "s3://refs/glob/none*.nc", "-o", str(tmp_path / "x.json"), "--storage-options", so]) == 2
     assert "s3://refs/glob/none*.nc: no file matches" in capsys.readouterr().err
+
+
+def test_a_remote_combine_says_what_it_cost(tmp_path: Path, capsys):
+    """The summary of a scan over HTTP says the requests and bytes it took, as the server counts them."""
+    import netCDF4
+
+    from tests.httpserver import RangeServer
+
+    for i in range(3):
+        with netCDF4.Dataset(tmp_path / f"d{i}.nc", "w") as ds:
+            ds.createDimension("time", None)
+            ds.createVariable("time", "f8", ("time",))[:] = [float(i)]
+            ds.createVariable("v", "f4", ("time",), chunksizes=(1,))[:] = [float(i)]
+    with RangeServer(tmp_path) as srv:
+        urls = [f"{srv.url}/d{i}.nc" for i in range(3)]
+        assert main(["scan", *urls, "--concat-dim", "time", "-o", str(tmp_path / "all.json"), "--workers", "0"]) == 0
+        err = capsys.readouterr().err
+        assert f"{srv.requests} requests and {srv.bytes:,} bytes read (1.0 and" in err, err

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from refset.cli.common import (
     EXIT_OK,
     UsageError,
+    _costs,
     _inputs,
     _json_arg,
     _pair,
@@ -105,13 +106,16 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
     else:
         _refuse_existing(a, [a.output])
     client = _client(a, len(inputs))
+    from refset.scan import Scan
+
+    run = Scan(**_scan_options(a))
     bar = Bar(len(inputs), "opening" if client is None else "scanning on the cluster", wanted(a.quiet))
     try:
         with _unused_drops(a, 1, f"any of the {len(inputs)} inputs"):
             rs = refset.combine(inputs, concat_dims=a.concat_dim,
                                 identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
                                 coo_map=coo_map, coo_dtypes=coo_dtypes,
-                                storage_options=so, remote_options=ro, scan_options=_scan_options(a),
+                                storage_options=so, remote_options=ro, scan=run,
                                 client=client, progress=bar.update, concurrency=a.concurrency)
     except InvalidReferences as e:
         raise InvalidReferences([_cli_words(p) for p in e.problems]) from None
@@ -123,7 +127,7 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
             client.close()  # and the embedded cluster with it
     _save(rs, a.output, a, options, so)
     if not a.quiet:
-        _summary(a.output, len(inputs), rs, t0)
+        _summary(a.output, len(inputs), rs, t0, _costs(run))
     return EXIT_OK
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from refset.model.refset import ReferenceSet
+    from refset.scan import Scan
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -211,6 +212,14 @@ def _save(rs: ReferenceSet, dest: str, a: argparse.Namespace, options: dict[str,
     import refset
 
     refset.save(rs, dest, format=a.format, storage_options=so if _remote(dest) else None, **options)
+
+
+def _costs(run: Scan) -> str:
+    """What the remote scans of ``run`` cost, for a summary line ("" when nothing was remote)."""
+    if not run.requests:
+        return ""
+    return (f"{run.requests:,} requests and {run.nbytes:,} bytes read "
+            f"({run.requests / max(run.files, 1):.1f} and {run.nbytes / max(run.files, 1):,.0f} a file)")
 
 
 def _summary(out: str, n_inputs: int, rs: ReferenceSet, t0: float, extra: str = "") -> None:

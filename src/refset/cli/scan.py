@@ -11,6 +11,7 @@ from refset.cli.combine import _combine_and_save
 from refset.cli.common import (
     EXIT_OK,
     UsageError,
+    _costs,
     _inputs,
     _json_arg,
     _refuse_existing,
@@ -74,8 +75,10 @@ def cmd_scan(a: argparse.Namespace) -> int:
                 bar.write(f"wrote {dest} ({len(rs.grids)} arrays, {n:,} references) from {src}")
     if not a.quiet and many:
         size = sum(_size_on_disk(d) or 0 for d in dests)
+        costs = _costs(run)
         sys.stderr.write(f"scanned {len(a.files):,} inputs into {a.output}: {arrays} arrays, {refs:,} "
-                         f"references, {size:,} bytes in {time.perf_counter() - t0:.1f} s\n")
+                         f"references, {size:,} bytes{', ' + costs if costs else ''} in "
+                         f"{time.perf_counter() - t0:.1f} s\n")
     elif not a.quiet:
-        _summary(dests[0], 1, rs, t0)
+        _summary(dests[0], 1, rs, t0, _costs(run))
     return EXIT_OK

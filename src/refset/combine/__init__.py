@@ -41,6 +41,7 @@ def combine(
     batch_size: int = 64,
     progress: Callable[[int], Any] | None = None,
     concurrency: int | None = None,
+    scan: Scan | None = None,
 ) -> ReferenceSet:
     """One set from ``inputs`` (sets, dicts, reference files in any format, or NetCDF/HDF5 files,
     which are scanned) concatenated along ``concat_dims``, in the order of their coordinates.
@@ -58,7 +59,10 @@ def combine(
     (default: ``storage_options``). ``scan_options``: keywords of :func:`refset.scan` for the inputs
     that are data files (``inline_threshold``, ``group``, ``drop_variables``, ``subchunk``). ``progress(n)`` is called as each input has been opened (scanned), with 1.
     ``concurrency``: remote inputs opened at once, in this process and in each cluster task (default
-    :data:`refset.scan.CONCURRENCY`; local files are scanned one after another).
+    :data:`refset.scan.CONCURRENCY`; local files are scanned one after another). ``scan``: the run
+    (:class:`refset.scan.Scan`) that scans the data files here, instead of one made from
+    ``scan_options`` (it counts the files, requests and bytes of the scans it makes here; each
+    cluster task makes its own with the same options).
     """
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
@@ -66,7 +70,9 @@ def combine(
     given = list(inputs)
     so = dict(storage_options or {})
     ro = so if remote_options is None else dict(remote_options)
-    sc = dict(scan_options or {})
+    if scan is not None and scan_options:
+        raise ValueError("combine: give scan_options or scan (a run made with its options), not both")
+    sc = dict(scan_options or {}) if scan is None else {"head_bytes": scan.head_bytes, **scan.options}
     if given and preprocess is None and client is None:
         try:  # local JSON reference files, read together (lists of sets are not taken)
             batch = read_documents(given, so)
@@ -90,7 +96,7 @@ def combine(
                                  progress=progress, scan_options=sc, concurrency=concurrency)
         _check_identical(identical_dims, list(out.grids))
         return postprocess(out) if postprocess is not None else out
-    run = Scan(**sc)  # one run for the data files: files of one product share parsed headers
+    run = scan or Scan(**sc)  # one run for the data files: files of one product share parsed headers
     opened, unused = open_inputs(items, storage_options=so, scan=run, concurrency=concurrency, progress=progress)
     warn_unused(unused)
     sets = [rs for rs, _ in opened]

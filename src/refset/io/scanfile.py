@@ -43,6 +43,8 @@ class ScanFile:
         self.head = b""
         self._starts: list[int] = []  # the spans read past the head, sorted by start, not overlapping
         self._spans: list[bytes] = []
+        self.requests = 0  # what a remote file cost: requests made and bytes they brought
+        self.nbytes = 0
         self.local = isinstance(store, LocalStore)
         if isinstance(store, LocalStore):  # self.local, spelled so that mypy narrows the store
             self.file: Any = open(store.root, "rb")
@@ -52,7 +54,11 @@ class ScanFile:
         size = None
         if head_bytes > 0:
             self.head, size = store.read_sized("", 0, head_bytes)  # HTTP tells the size in its answer
-        self.size = store.size() if size is None else size
+            self.requests, self.nbytes = 1, len(self.head)
+        if size is None:
+            size = store.size()
+            self.requests += 1
+        self.size = size
         if len(self.head) == self.size:
             self.file = io.BytesIO(self.head)
         else:
@@ -107,6 +113,8 @@ class ScanFile:
             got = self.store.read_ranges("", [m[0] for m in merged], [m[1] for m in merged])
             for (a, _b), data in zip(merged, got, strict=True):
                 self._keep(a, data)
+            self.requests += len(merged)
+            self.nbytes += sum(len(d) for d in got)
 
     def _missing(self, a: int, b: int) -> list[tuple[int, int]]:
         """The parts of ``[a, b)`` (past the head) that no span holds."""

@@ -78,6 +78,8 @@ class Scan:
         self.options: dict[str, Any] = {"inline_threshold": inline_threshold, "drop_variables": drops,
                                         "subchunk": subchunk, "group": group, **options}
         self._scanners: dict[type[Scanner], Scanner] = {}
+        #: what the run's remote files cost so far: files scanned, requests made, bytes read
+        self.files = self.requests = self.nbytes = 0
 
     def scanner(self, cls: type[Scanner]) -> Scanner:
         """This run's scanner of class ``cls``, made with the options it takes."""
@@ -120,6 +122,7 @@ class Scan:
                 _refuse_directory(store, url)
             raise
         with sf:
+            self.files += 1
             try:
                 cls = detect_scanner(sf.file, sf.size)
             except Unsupported as e:
@@ -127,7 +130,11 @@ class Scan:
                     return None
                 raise Unsupported(f"{url}: {e}") from None
             sf.file.seek(0)
-            rs = self.scanner(cls)(sf)
+            try:
+                rs = self.scanner(cls)(sf)
+            finally:
+                self.requests += sf.requests
+                self.nbytes += sf.nbytes
             return rs if sf.local else _keep_small_values(rs, sf)
 
     def many(self, urls: Iterable[str | os.PathLike[str]], storage_options: Mapping[str, Any] | None = None,
@@ -159,11 +166,13 @@ class Scan:
         from concurrent.futures import ThreadPoolExecutor
 
         local = threading.local()
+        runs: list[Scan] = []
 
         def one(u: str) -> ReferenceSet | None:
             run = getattr(local, "run", None)
             if run is None:
                 run = local.run = _remake(self.head_bytes, self.options)
+                runs.append(run)
             return run._scan(u, storage_options, strict)
 
         pool = ThreadPoolExecutor(n, thread_name_prefix="refset-scan")
@@ -178,6 +187,10 @@ class Scan:
                 yield done
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            for run in runs:  # the threads' runs counted for this one
+                self.files += run.files
+                self.requests += run.requests
+                self.nbytes += run.nbytes
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_remake, (self.head_bytes, self.options))
