@@ -43,6 +43,8 @@ def dataspace(body: bytes) -> tuple[tuple[int, ...], tuple[int | None, ...]] | N
         maxshape = tuple(shape)
     if kind == 0:
         need(rank == 0, "scalar dataspace with dimensions")
+    # libhdf5 refuses a size past its maximum (a corrupt extent would be a wrong shape)
+    need(all(m is None or s <= m for s, m in zip(shape, maxshape, strict=True)), "dataspace size past its maximum")
     return tuple(int(s) for s in shape), maxshape
 
 
@@ -123,9 +125,15 @@ def fill_value(old: bytes | None, new: bytes | None) -> bytes | None:
 
 
 def layout(body: bytes) -> tuple[str, Any]:
-    """("contiguous", (address, size)) or ("chunked", (B-tree address, chunk shape))."""
+    """("contiguous", (address, size)), ("chunked", (B-tree address, chunk shape, element size)) or
+    ("compact", data): a version 3 layout message (spec IV.A.2.i)."""
     need(body[0] == 3, "layout version")
     cls = body[1]
+    if cls == 0:
+        need(len(body) >= 4, "compact layout")
+        size = struct.unpack_from("<H", body, 2)[0]
+        need(len(body) >= 4 + size, "compact layout data")
+        return "compact", body[4:4 + size]
     if cls == 1:
         addr, size = struct.unpack_from("<QQ", body, 2)
         return "contiguous", (addr, size)

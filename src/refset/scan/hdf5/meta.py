@@ -3,7 +3,7 @@
 A fast path for the scan: superblocks v0-v3, object headers v1/v2 with continuations, old-style
 (symbol table) and compact new-style groups of hard links, compact attributes of fixed-point, IEEE
 float, fixed and variable-length string types (and DIMENSION_LIST's variable-length object
-references), layout v3 (contiguous, chunked with a v1 B-tree chunk index). Anything else, and any
+references), layout v3 (compact, contiguous, chunked with a v1 B-tree chunk index). Anything else, and any
 checksum, bound or structure that does not hold, raises :class:`NotNative`: the caller then scans the
 file through h5py, so this reader never has to be right about what it does not fully understand.
 
@@ -18,6 +18,7 @@ heaps) read in :mod:`.dense`, checksums computed in :mod:`.checksum`; :mod:`.bas
 from __future__ import annotations
 
 import functools
+import itertools
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -213,6 +214,9 @@ class H5File:
                     end = names.find(b"\0", name_off)
                     need(name_off < len(names) and end > name_off, "link name")
                     out.append((names[name_off:end], obj))
+        # libhdf5 finds a member by a binary search on names: they are stored in increasing order
+        # (a corrupt name out of order is a member it cannot open)
+        need(all(a[0] < b[0] for a, b in itertools.pairwise(out)), "symbol table names out of order")
         return out
 
     def chunk_btree(self, addr: int, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

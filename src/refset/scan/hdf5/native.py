@@ -1,7 +1,7 @@
 """The walk's view of an HDF5 file read natively (:mod:`.meta`, :mod:`.messages`, :mod:`.dense`):
 groups, datasets and attributes as :class:`~.walk.Walker` asks for them, with h5py's values and types.
-Whatever would need data reads (compact data, variable-length string data, re-encoding) or is not
-understood raises ``NotNative``."""
+Compact data is read from its header; whatever else would need data reads (variable-length string
+data, re-encoding) or is not understood raises ``NotNative``."""
 
 from __future__ import annotations
 
@@ -213,7 +213,10 @@ class NativeNode:
         self.layout = kind
         self.chunks = None
         self.offset = None
-        if kind == "contiguous":
+        if kind == "compact":  # the data is in the header: read as h5py reads it
+            need(not self.filters and len(info) == math.prod(self.shape) * self.dtype.itemsize, "compact data size")
+            self._compact = info
+        elif kind == "contiguous":
             addr, size = info
             need(not self.filters, "filters on contiguous data")
             if addr != UNDEF:
@@ -224,6 +227,7 @@ class NativeNode:
             self._btree, chunks, elsize = info
             need(elsize == self.dtype.itemsize and len(chunks) == len(self.shape) and all(chunks),
                   "chunk shape")
+            need(math.prod(chunks) * elsize < 2**32, "chunk size of 4 GiB or more with a v1 B-tree index")
             self.chunks = chunks
 
     def _dataset_info(self) -> tuple[Any, ...]:
@@ -275,7 +279,10 @@ class NativeNode:
         raise NotNative("dimension scale outside the scanned group")
 
     def read(self, sel: Any) -> np.ndarray:
-        raise NotNative("data read")
+        if self.layout != "compact":
+            raise NotNative("data read")
+        out: np.ndarray = np.frombuffer(self._compact, self.dtype).reshape(self.shape)[sel]
+        return out
 
     def read_strings(self) -> Any:
         raise NotNative("data read")
