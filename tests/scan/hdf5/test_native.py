@@ -106,6 +106,11 @@ def _h5py_file(path: Path, libver: str, order: str, track: bool, n_attrs: int, n
             dcpl.set_layout(h5py.h5d.COMPACT)
             f.create_dataset("compact", data=np.arange(4, dtype="i2"), dcpl=dcpl)
         f.create_dataset("text", data=np.array([b"ab", b"cde"], dtype="S3"))
+        f.create_dataset("words", data=np.array(["a", "", "é"], dtype=h5py.string_dtype()))
+        f.create_dataset("ascii", data=np.array([[b"x", b"yy"]] * 2, dtype=h5py.string_dtype("ascii")))
+        f.create_dataset("tags", data=np.array([f"t{i}" for i in range(5)], dtype=h5py.string_dtype()),
+                         chunks=(2,), compression="gzip", shuffle=True)  # shuffle: skipped (vlen)
+        f.create_dataset("unwritten", shape=(2,), dtype=h5py.string_dtype())
         g = f.create_group("g")
         g.attrs["name"] = "group"
         g.create_dataset("w", data=np.ones((3, 10), f"{order}f4")).dims[1].attach_scale(x)
@@ -144,6 +149,26 @@ def test_compact_data_in_a_version_4_layout_falls_back_to_h5py(tmp_path: Path) -
     _h5py_file(p, "latest", "<", False, 2, 2, compact=True)
     check_same(p, must_be_native=False)
     assert "layout version" in LAST[0]
+
+
+def test_string_variables_are_read_natively(tmp_path: Path) -> None:
+    """A netCDF4 string variable (variable-length, as netCDF-C writes them: contiguous, chunked and
+    compressed on an unlimited dimension, scalar) is read by the native reader: its heap ids from the
+    file or its chunks, each string from its global heap collection, as h5py reads them."""
+    netCDF4 = pytest.importorskip("netCDF4")
+    p = tmp_path / "s.nc"
+    with netCDF4.Dataset(p, "w") as ds:
+        ds.createDimension("n", 5)
+        ds.createDimension("t", None)
+        ds.createVariable("names", str, ("n",))[:] = np.array(["a", "bcd", "", "ünï", "x" * 50], dtype=object)
+        w = ds.createVariable("tags", str, ("t",), zlib=True)
+        for i in range(7):
+            w[i] = f"tag{i}"
+        ds.createVariable("one", str, ())[...] = "scalar"
+    check_same(p, must_be_native=True)
+    got = refset.open_dataset(Scan()(str(p)))
+    assert list(got.tags.values) == [f"tag{i}" for i in range(7)] and got.one.values[()] == "scalar"
+    assert list(got.names.values) == ["a", "bcd", "", "ünï", "x" * 50]
 
 
 def _netcdf4_file(path: Path, n_attrs: int, fmt: str = "NETCDF4") -> None:

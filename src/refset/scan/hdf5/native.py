@@ -213,20 +213,20 @@ class NativeNode:
         self.layout = kind
         self.chunks = None
         self.offset = None
+        item = 16 if self.dtype.kind == "O" else self.dtype.itemsize  # a vlen string: (length, heap id)
         if kind == "compact":  # the data is in the header: read as h5py reads it
-            need(not self.filters and len(info) == math.prod(self.shape) * self.dtype.itemsize, "compact data size")
+            need(not self.filters and len(info) == math.prod(self.shape) * item, "compact data size")
             self._compact = info
         elif kind == "contiguous":
             addr, size = info
             need(not self.filters, "filters on contiguous data")
             if addr != UNDEF:
-                nbytes = math.prod(self.shape) * self.dtype.itemsize
+                nbytes = math.prod(self.shape) * item
                 need(size == nbytes and self.h5.base + addr + size <= self.h5.size, "contiguous extent")
                 self.offset = self.h5.base + addr
         else:
             self._btree, chunks, elsize = info
-            need(elsize == self.dtype.itemsize and len(chunks) == len(self.shape) and all(chunks),
-                  "chunk shape")
+            need(elsize == item and len(chunks) == len(self.shape) and all(chunks), "chunk shape")
             need(math.prod(chunks) * elsize < 2**32, "chunk size of 4 GiB or more with a v1 B-tree index")
             self.chunks = chunks
 
@@ -241,16 +241,23 @@ class NativeNode:
         assert space is not None  # for mypy: need raised otherwise
         shape, maxshape = space
         t = message.datatype(dt)
-        need(t.kind in ("num", "str"), "dataset type")
-        need(t.dtype.itemsize == t.size, "dataset type size")
+        need(t.kind in ("num", "str", "vstr"), "dataset type")
+        if t.kind == "vstr":  # h5py's string dtype, without importing h5py
+            dtype = np.dtype("O", metadata={"vlen": str if t.cset == 1 else bytes})
+            self._cset = t.cset
+        else:
+            need(t.dtype.itemsize == t.size, "dataset type size")
+            dtype = t.dtype
         pipe = h.find(0x0B)
         filters = message.filters(pipe) if pipe is not None else []
         new_fill = h.find(0x05)
         need(new_fill is not None, "no fill value message")  # h5py may call the fill value undefined
         raw = message.fill_value(h.find(0x04), new_fill)
         need(raw is None or len(raw) == t.size, "fill value size")
+        if t.kind == "vstr":
+            return shape, maxshape, dtype, filters, None
         fill = (np.frombuffer(raw, t.dtype, 1) if raw is not None else np.zeros(1, t.dtype))[0]
-        return shape, maxshape, t.dtype, filters, fill
+        return shape, maxshape, dtype, filters, fill
 
     def prefetch_chunk_indexes(self, datasets: list[Any]) -> None:
         """Read the chunk indexes of ``datasets`` (nodes of this file) ahead, a level of all of them
@@ -285,7 +292,60 @@ class NativeNode:
         return out
 
     def read_strings(self) -> Any:
-        raise NotNative("data read")
+        """The values of a variable-length string dataset as h5py's ``asstr()[()]`` gives them: its
+        (length, global heap id) elements read from the header, the file or its chunks (deflate,
+        shuffle, fletcher32 undone), each string from its global heap collection."""
+        need(self.dtype.kind == "O", "not a string dataset")
+        recs = self._elements().view(np.dtype([("n", "<u4"), ("addr", "<u8"), ("idx", "<u4")]))
+        out = np.empty(recs.size, object)
+        heap = self.h5.global_object
+        for k, (count, addr, idx) in enumerate(recs.tolist()):
+            if count == 0:
+                out[k] = ""  # an empty string, or one never written
+                continue
+            raw = heap(addr, idx)
+            need(len(raw) >= count, "vlen string length")
+            raw = raw[:count]
+            need(self._cset == 1 or raw.isascii(), "vlen string bytes")
+            try:
+                out[k] = raw.decode()
+            except UnicodeDecodeError:
+                raise NotNative("vlen string not UTF-8") from None
+        return out[0] if not self.shape else out.reshape(self.shape)
+
+    def _elements(self) -> np.ndarray:
+        """The dataset's stored elements (16 bytes each), C order, as one ``V16`` array."""
+        n = math.prod(self.shape)
+        el = np.dtype("V16")
+        if self.layout == "compact":
+            return np.frombuffer(self._compact, el, n)
+        if self.layout == "contiguous":
+            if self.offset is None:
+                return np.zeros(n, el)
+            return np.frombuffer(self.h5.read(self.offset - self.h5.base, 16 * n), el, n)
+        grid = tuple(-(-s // c) for s, c in zip(self.shape, self.chunks or (), strict=True))
+        flat, mask, off, size = self.chunk_index(grid)
+        from refset.scan.hdf5.filters import hdf5_filters
+
+        codecs, why = hdf5_filters(self.filters, np.dtype("V16"), "")
+        if why is not None:
+            raise NotNative(why)
+        from numcodecs import get_codec
+
+        decoders = [get_codec(c) for c in codecs]
+        out = np.zeros(self.shape, el)
+        chunks = tuple(self.chunks or ())
+        for f, m, o, s in zip(flat.tolist(), mask.tolist(), off.tolist(), size.tolist(), strict=True):
+            buf: Any = self.h5.read(o - self.h5.base, s)
+            for k in reversed(range(len(decoders))):
+                if not m >> k & 1:  # bit k: filter k was skipped for this chunk (an optional one failed)
+                    buf = decoders[k].decode(buf)
+            block = np.frombuffer(bytes(memoryview(buf).cast("B")), el)
+            need(block.size == math.prod(chunks), "decoded chunk size")
+            idx = np.unravel_index(f, grid)
+            sel = tuple(slice(i * c, min((i + 1) * c, s_)) for i, c, s_ in zip(idx, chunks, self.shape, strict=True))
+            out[sel] = block.reshape(chunks)[tuple(slice(0, x.stop - x.start) for x in sel)]
+        return out.reshape(-1)
 
 
 def _hashable(v: Any) -> Any:

@@ -289,11 +289,10 @@ class Walker:
 
 
 def _is_vlen_str(dt: np.dtype) -> bool:
-    if dt.kind != "O":
-        return False
-    import h5py
-
-    return h5py.check_string_dtype(dt) is not None
+    """Whether ``dt`` is h5py's variable-length string dtype (object, ``vlen`` ``str`` for UTF-8 or
+    ``bytes`` for ASCII in its metadata)."""
+    meta: Any = dt.metadata or {}
+    return dt.kind == "O" and meta.get("vlen") in (str, bytes)
 
 
 def _extent(ds: Any, axis: int) -> tuple[int, bool]:
