@@ -1,5 +1,6 @@
 """A small HTTP file server for tests and benchmarks: 127.0.0.1, Range requests, optional delay per
-request, request counting, fault modes (``fault=``, one of :data:`FAULTS`).
+request, request counting, fault modes (``fault=``, one of :data:`FAULTS`), an optional bandwidth cap
+(``rate=`` bytes per second, shared by all connections).
 
 In a test::
 
@@ -11,7 +12,7 @@ In a test::
 
 From the command line (benchmarks run it in its own process)::
 
-    python tests/httpserver.py DIR --delay 0.02 --port 0
+    python tests/httpserver.py DIR --delay 0.02 --port 0 [--rate 100e6]
     # prints "http://127.0.0.1:PORT" on its first line; GET /__count__ answers the request count,
     # GET /__bytes__ the body bytes sent
 """
@@ -32,6 +33,34 @@ __all__ = ["RangeServer", "FAULTS"]
 FAULTS = (None, "stall", "shift", "short", "ignore", "truncate", "500", "gzip-encoding")
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+
+_PIECE = 64 * 1024  # bodies are written in pieces of this size when a bandwidth cap is set
+
+
+class _Bucket:
+    """A token bucket shared by all connections: ``rate`` bytes per second, bursts of one piece.
+
+    :meth:`take` reserves ``n`` bytes (the balance may go negative) and sleeps until the balance is
+    back to zero, so writers queue behind each other and the total stays under the cap."""
+
+    def __init__(self, rate: float, burst: int = _PIECE) -> None:
+        if rate <= 0:
+            raise ValueError(f"rate must be positive, not {rate!r}")
+        self.rate = float(rate)
+        self.burst = burst
+        self._tokens = float(burst)
+        self._t = time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._t) * self.rate)
+            self._t = now
+            self._tokens -= n
+            wait = -self._tokens / self.rate if self._tokens < 0 else 0.0
+        if wait > 0:
+            time.sleep(wait)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -58,15 +87,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
             return
         self.server.bump()
-        self.server.enter()
-        try:
-            self._answer(body)
-        finally:
-            self.server.leave()
+        self._answer(body)
 
     def _answer(self, body: bool) -> None:
-        if self.server.delay:
-            time.sleep(self.server.delay)
+        # requests "at once" are those waiting out their delay together: counted around the wait
+        # only, since a client may have the last byte and send its next request before a thread
+        # that wrote a body runs again
+        self.server.enter()
+        try:
+            if self.server.delay:
+                time.sleep(self.server.delay)
+        finally:
+            self.server.leave()
         if self.server.fault == "stall":  # read the request, never answer
             self.server.stopping.wait(600)
             self.close_connection = True
@@ -131,7 +163,15 @@ class _Handler(BaseHTTPRequestHandler):
             # counted before the write: a client may get the last byte, and a test read the count,
             # before this thread runs again
             self.server.bump(0, sent)
-            self.wfile.write(data)
+            bucket = self.server.bucket
+            if bucket is None:
+                self.wfile.write(data)
+            else:
+                view = memoryview(data)
+                for i in range(0, len(view), _PIECE):
+                    piece = view[i:i + _PIECE]
+                    bucket.take(len(piece))
+                    self.wfile.write(piece)
 
     def do_GET(self) -> None:
         self._reply(True)
@@ -144,16 +184,17 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256
 
-    def __init__(self, root: str, delay: float, port: int = 0) -> None:
+    def __init__(self, root: str, delay: float, port: int = 0, rate: float | None = None) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.root = os.path.realpath(root)
         self.delay = delay
+        self.bucket = _Bucket(rate) if rate else None  # bandwidth cap, bytes/s, all connections
         self.fault: str | None = None  # one of FAULTS
         self.stopping = threading.Event()
         self.count = 0
         self.nbytes = 0
         self.inflight = 0
-        self.most_inflight = 0  # the most requests answered at once
+        self.most_inflight = 0  # the most requests waiting out their delay at once
         self._lock = threading.Lock()
 
     def bump(self, requests: int = 1, nbytes: int = 0) -> None:
@@ -174,8 +215,9 @@ class _Server(ThreadingHTTPServer):
 class RangeServer:
     """Serve ``root`` over HTTP on an ephemeral port of 127.0.0.1, in a background thread."""
 
-    def __init__(self, root: str | os.PathLike[str], *, delay: float = 0.0, fault: str | None = None) -> None:
-        self._srv = _Server(os.fspath(root), delay)
+    def __init__(self, root: str | os.PathLike[str], *, delay: float = 0.0, fault: str | None = None,
+                 rate: float | None = None) -> None:
+        self._srv = _Server(os.fspath(root), delay, rate=rate)
         self.fault = fault
         self._thread = threading.Thread(target=self._srv.serve_forever, daemon=True)
 
@@ -242,8 +284,10 @@ def main() -> None:
     ap.add_argument("root")
     ap.add_argument("--delay", type=float, default=0.0, help="seconds added to every request")
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--rate", type=float, default=None,
+                    help="bandwidth cap in bytes per second, shared by all connections (default: none)")
     a = ap.parse_args()
-    srv = _Server(a.root, a.delay, a.port)
+    srv = _Server(a.root, a.delay, a.port, a.rate)
     host, port = srv.server_address[:2]
     print(f"http://{host}:{port}", flush=True)
     try:
