@@ -250,6 +250,8 @@ class Targets:
     def _create(self, proto: str | None) -> Any:
         import fsspec
 
+        from refset.io.pool import pooled
+
         if proto is None:
             if self._default is not None:
                 return self._default
@@ -264,7 +266,7 @@ class Targets:
             opts = self.remote_options
         else:
             opts = {}
-        return fsspec.filesystem(proto, **opts)
+        return fsspec.filesystem(proto, **pooled(proto, opts))
 
     def for_url(self, url: str) -> Any:
         return self.get(split_protocol(url)[0])

@@ -23,13 +23,17 @@ MMAP_FROM = 1 << 22
 def reading_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """fsspec options to read a reference set at ``url``: over HTTP without the client's own
     decompression (``Content-Encoding: gzip`` bodies reach :func:`decompress`, which bounds them),
-    unless the caller chose otherwise."""
+    connection pools sized for many requests at once (:func:`refset.io.pool.pooled`), unless the
+    caller chose otherwise."""
+    from refset.io.fetch import split_protocol
+    from refset.io.pool import pooled
+
     so = dict(storage_options or {})
     if url.startswith(("http://", "https://")):
         ck = dict(so.get("client_kwargs") or {})
         ck.setdefault("auto_decompress", False)
         so["client_kwargs"] = ck
-    return so
+    return pooled(split_protocol(url)[0], so)
 
 
 def open_store(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> ByteStore:
@@ -159,7 +163,9 @@ class FsspecStore(ByteStore):
         from refset.io.fetch import RangeReader
 
         n = len(starts)
-        reader = RangeReader(self.targets, max_gap=0)
+        from refset.io.pool import POOL
+
+        reader = RangeReader(self.targets, max_gap=0, max_inflight=POOL)  # as many as the pool holds
         got = self._run(reader.read([self._path(path)], np.zeros(n, np.int64), np.asarray(starts, np.int64),
                                     np.asarray(ends, np.int64)), path)
         out = []
