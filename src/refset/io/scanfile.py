@@ -26,8 +26,8 @@ __all__ = ["ScanFile", "HEAD_BYTES"]
 #: read whole), and the file's size from the answer.
 HEAD_BYTES = 64 * 1024
 _BLOCK = 256 * 1024  # a read past what is in hand fetches this much from where it starts
-#: Ranges read in one round closer than this are fetched as one request (the bytes between are cheaper
-#: than a request: at 100 MB/s and 20 ms a request, 2 MB would be; metadata lies closer than that)
+#: Ranges read in one round closer than this are fetched as one request: a request costs about as much
+#: as this many bytes (the server's and the client's work for it; requests of a round wait together)
 MERGE_GAP = 64 * 1024
 
 
@@ -43,8 +43,9 @@ class ScanFile:
         self.head = b""
         self._starts: list[int] = []  # the spans read past the head, sorted by start, not overlapping
         self._spans: list[bytes] = []
-        self.requests = 0  # what a remote file cost: requests made and bytes they brought
+        self.requests = 0  # what a remote file cost: requests made and bytes they brought,
         self.nbytes = 0
+        self.rounds = 0  # and round trips (requests of a round are sent together)
         self.local = isinstance(store, LocalStore)
         if isinstance(store, LocalStore):  # self.local, spelled so that mypy narrows the store
             self.file: Any = open(store.root, "rb")
@@ -54,10 +55,11 @@ class ScanFile:
         size = None
         if head_bytes > 0:
             self.head, size = store.read_sized("", 0, head_bytes)  # HTTP tells the size in its answer
-            self.requests, self.nbytes = 1, len(self.head)
+            self.requests, self.nbytes, self.rounds = 1, len(self.head), 1
         if size is None:
             size = store.size()
             self.requests += 1
+            self.rounds += 1
         self.size = size
         if len(self.head) == self.size:
             self.file = io.BytesIO(self.head)
@@ -114,6 +116,7 @@ class ScanFile:
             for (a, _b), data in zip(merged, got, strict=True):
                 self._keep(a, data)
             self.requests += len(merged)
+            self.rounds += 1
             self.nbytes += sum(len(d) for d in got)
 
     def _missing(self, a: int, b: int) -> list[tuple[int, int]]:

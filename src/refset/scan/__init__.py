@@ -78,8 +78,9 @@ class Scan:
         self.options: dict[str, Any] = {"inline_threshold": inline_threshold, "drop_variables": drops,
                                         "subchunk": subchunk, "group": group, **options}
         self._scanners: dict[type[Scanner], Scanner] = {}
-        #: what the run's remote files cost so far: files scanned, requests made, bytes read
-        self.files = self.requests = self.nbytes = 0
+        #: what the run's remote files cost so far: files scanned, requests made, bytes read, and the
+        #: most round trips one of them took (its requests of a round are sent together)
+        self.files = self.requests = self.nbytes = self.rounds = 0
 
     def scanner(self, cls: type[Scanner]) -> Scanner:
         """This run's scanner of class ``cls``, made with the options it takes."""
@@ -135,6 +136,7 @@ class Scan:
             finally:
                 self.requests += sf.requests
                 self.nbytes += sf.nbytes
+                self.rounds = max(self.rounds, sf.rounds)
             return rs if sf.local else _keep_small_values(rs, sf)
 
     def many(self, urls: Iterable[str | os.PathLike[str]], storage_options: Mapping[str, Any] | None = None,
@@ -191,6 +193,7 @@ class Scan:
                 self.files += run.files
                 self.requests += run.requests
                 self.nbytes += run.nbytes
+                self.rounds = max(self.rounds, run.rounds)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_remake, (self.head_bytes, self.options))

@@ -383,6 +383,32 @@ def test_remote_scans_equal_the_local_scan(tmp_path: Path, s3) -> None:
         same(scan("s3://refs/scan/r.h5", storage_options=s3, head_bytes=head), "s3://refs/scan/r.h5")
 
 
+def test_a_remote_scan_takes_a_round_trip_a_level(tmp_path: Path) -> None:
+    """A netCDF-4 file of four chunked variables (B-trees of two levels, written among the chunks):
+    the head, the variables' object headers (one round: netCDF-C writes some of them far from the
+    head, each cost a round trip of its own), the B-tree roots, their leaves: four round trips,
+    every leaf of every variable in the last one, and the set equals the local scan."""
+    netCDF4 = pytest.importorskip("netCDF4")
+    from refset.scan import Scan
+    from tests.httpserver import RangeServer
+
+    p = tmp_path / "m.nc"
+    with netCDF4.Dataset(p, "w") as ds:
+        ds.createDimension("x", 300 * 256)
+        for name in "abcd":
+            v = ds.createVariable(name, "f4", ("x",), chunksizes=(256,))
+            v.units = "K"
+            v[:] = np.random.default_rng(0).random(300 * 256, dtype=np.float32)
+    local = scan(p)
+    with RangeServer(tmp_path) as srv:
+        url = f"{srv.url}/m.nc"
+        run = Scan()
+        got = run(url)
+        assert refset.rename_urls(got, {url: str(p)}).to_dict() == local.to_dict()
+        assert run.rounds == 4
+        assert run.requests == srv.requests
+
+
 @pytest.mark.parametrize("head", [2**22, 2**12])  # the whole file in one GET; a head, then blocks and ranges
 def test_remote_scan_checks_what_the_server_answers(tmp_path: Path, head: int) -> None:
     """A server answering ranges one byte late (saying so in Content-Range) gave garbage coordinates:

@@ -35,6 +35,7 @@ _MAX_NODES = 10_000_000
 #: Bytes read for a B-tree node before its header says its size (a node of 64 chunk entries of a
 #: 3-D array takes 24 + 65 * 40 bytes); a larger one is read again to its end.
 _NODE_GUESS = 4096
+_HEADER_GUESS = 4096  # bytes of an object header read ahead (a netCDF-4 variable's with its attributes)
 
 
 class H5File:
@@ -150,6 +151,18 @@ class H5File:
                 todo.extend((int(c), level) for c in np.frombuffer(body, entry, n)["child"][::-1])
             else:
                 yield n, body
+
+    def prefetch_headers(self, addrs: list[int]) -> None:
+        """Have the object headers at ``addrs`` not parsed yet read in one round of the file's
+        ``prefetch`` (a remote file's: a group's members cost one round trip, not one each; their
+        first :data:`_HEADER_GUESS` bytes, a longer header reads on as it is parsed). A hint only."""
+        prefetch = getattr(self.f, "prefetch", None)
+        if prefetch is None:
+            return
+        todo = [self.base + a for a in set(addrs)
+                if a not in self._headers and a != UNDEF and 0 <= self.base + a < self.size]
+        if todo:
+            prefetch([(p, min(p + _HEADER_GUESS, self.size)) for p in sorted(todo)])
 
     def prefetch_chunk_btrees(self, trees: list[tuple[int, int]]) -> None:
         """Have the nodes of the chunk B-trees (version 1, type 1) at ``(address, rank)`` read a level

@@ -77,6 +77,7 @@ class NativeNode:
             pairs = sorted(pairs, key=lambda p: cast(int, p[2]))  # no None: checked just above
         else:
             pairs = sorted(pairs)
+        self.h5.prefetch_headers([addr for _name, addr, _order in pairs])  # a remote file: one round
         out = []
         for bname, addr, _order in pairs:
             try:
