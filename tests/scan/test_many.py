@@ -79,3 +79,37 @@ def test_local_files_one_after_another_and_checked_options(tmp_path: Path) -> No
     with pytest.raises(ValueError, match="concurrency: must be a positive integer, got 0"):
         list(Scan().many(files, concurrency=0))
     assert CONCURRENCY == 64
+
+
+def _days(tmp_path: Path, n: int) -> list[Path]:
+    out = []
+    for i in range(n):
+        p = tmp_path / f"d{i:02d}.nc"
+        with netCDF4.Dataset(p, "w") as ds:
+            ds.createDimension("time", 1)
+            ds.createDimension("x", 3)
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = [i]
+            ds.createVariable("v", "f4", ("time", "x"), zlib=True)[:] = np.arange(3)[None] + 10 * i
+        out.append(p)
+    return out
+
+
+def test_a_cluster_combine_counts_what_its_workers_scans_cost(tmp_path: Path) -> None:
+    """Remote inputs scanned on a process cluster: the caller's run counts the files, requests and
+    bytes of the workers' scans (the command line's summary said nothing in cluster mode), as the
+    server counts them, and the set equals the in-process combine."""
+    distributed = pytest.importorskip("distributed")
+    files = _days(tmp_path, 9)
+    with RangeServer(tmp_path, delay=0.05) as srv:
+        urls = [f"{srv.url}/{f.name}" for f in files]
+        here = refset.combine(urls, concat_dims="time").to_dict()
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                      dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
+            srv.reset()
+            run = Scan()
+            on = refset.combine(urls, concat_dims="time", client=client, batch_size=2, scan=run)
+            assert on.to_dict() == here
+            assert (run.files, run.requests, run.nbytes) == (9, srv.requests, srv.bytes)
+            assert run.rounds == 1  # small files: the first answer holds each

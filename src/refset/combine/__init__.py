@@ -61,8 +61,8 @@ def combine(
     ``concurrency``: remote inputs opened at once, in this process and in each cluster task (default
     :data:`refset.scan.CONCURRENCY`; local files are scanned one after another). ``scan``: the run
     (:class:`refset.scan.Scan`) that scans the data files here, instead of one made from
-    ``scan_options`` (it counts the files, requests and bytes of the scans it makes here; each
-    cluster task makes its own with the same options).
+    ``scan_options`` (it counts the files, requests and bytes of the scans; each cluster task
+    makes a run of its own with the same options, whose counts are added to it).
     """
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
@@ -93,7 +93,7 @@ def combine(
         out = combine_on_cluster(client, items, dims=dims, identical=list(identical_dims),
                                  coo_map=dict(coo_map or {}), coo_dtypes=dict(coo_dtypes or {}),
                                  preprocess=preprocess, check=check, so=so, ro=ro, batch=batch_size,
-                                 progress=progress, scan_options=sc, concurrency=concurrency)
+                                 progress=progress, scan_options=sc, concurrency=concurrency, scan=scan)
         _check_identical(identical_dims, list(out.grids))
         return postprocess(out) if postprocess is not None else out
     run = scan or Scan(**sc)  # one run for the data files: files of one product share parsed headers

@@ -24,6 +24,7 @@ from refset.combine.coords import coordinates, is_cf_time, reencode
 from refset.combine.placement import Combiner
 from refset.model.refset import ReferenceSet
 from refset.model.stack import SetStack
+from refset.scan import Scan
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -60,10 +61,11 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
                 coo_dtypes: Mapping[str, Any], so: Mapping[str, Any], ro: Mapping[str, Any],
                 preprocess: Callable[..., ReferenceSet] | None,
                 scan_options: Mapping[str, Any], concurrency: int | None = None,
-                ) -> tuple[list[Any], list[Any], list[set[str]]]:
+                ) -> tuple[list[Any], list[Any], list[set[str]], tuple[int, int, int, int]]:
     """Inputs ``start...`` opened (scanned, with ``scan_options``; remote ones ``concurrency`` at a
-    time) with ``so``, each one's coordinate values and attributes (data read with ``ro``), and the
-    names to drop each one lacked (reported once, by the client)."""
+    time) with ``so``, each one's coordinate values and attributes (data read with ``ro``), the
+    names to drop each one lacked (reported once, by the client) and what the scans cost (files,
+    requests, bytes, the most round trips of a file)."""
     from refset.combine.inputs import open_inputs
     from refset.scan import Scan
 
@@ -76,16 +78,16 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
         sets.append((rs, name))
         coords.append([(c.per_input[0], c.attrs) for c in coordinates(
             SetStack.from_sets([rs], [name]), dims, maps[k], coo_dtypes, ro)])
-    return sets, coords, unused
+    return sets, coords, unused, (run.files, run.requests, run.nbytes, run.rounds)
 
 
-def _coords_part(group: tuple[list[Any], list[Any], list[set[str]]]) -> bytes:
-    """The group's coordinates and unused drops, pickled into one message frame (distributed sends
-    each numpy array of a result as a frame of its own: ~5 ms per 100 of them)."""
-    return _frame((group[1], group[2]))
+def _coords_part(group: tuple[list[Any], list[Any], list[set[str]], tuple[int, int, int, int]]) -> bytes:
+    """The group's coordinates, unused drops and scan costs, pickled into one message frame
+    (distributed sends each numpy array of a result as a frame of its own: ~5 ms per 100 of them)."""
+    return _frame((group[1], group[2], group[3]))
 
 
-def _combine_picked(groups: Sequence[tuple[list[Any], list[Any], list[set[str]]]], picks: Sequence[tuple[int, int]],
+def _combine_picked(groups: Sequence[tuple[list[Any], ...]], picks: Sequence[tuple[int, int]],
                     *args: Any) -> bytes:
     return _combined([groups[g][0][j] for g, j in picks], *args)
 
@@ -122,7 +124,7 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
                        so: Mapping[str, Any], ro: Mapping[str, Any] | None = None, batch: int = BATCH,
                        progress: Callable[[int], Any] | None = None,
                        scan_options: Mapping[str, Any] | None = None,
-                       concurrency: int | None = None) -> ReferenceSet:
+                       concurrency: int | None = None, scan: Scan | None = None) -> ReferenceSet:
     if batch < 2:
         raise ValueError(f"batch_size: must be at least 2, got {batch}")
     n = len(items)
@@ -144,8 +146,14 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
     from refset.combine.inputs import warn_unused
 
     parts = [pickle.loads(p) for p in client.gather(pending)]
-    info = [c for part, _ in parts for c in part]
-    warn_unused([u for _, us in parts for u in us])
+    info = [c for part, _, _ in parts for c in part]
+    warn_unused([u for _, us, _ in parts for u in us])
+    if scan is not None:  # what the workers' scans cost, counted in the caller's run
+        for _, _, (files, requests, nbytes, rounds) in parts:
+            scan.files += files
+            scan.requests += requests
+            scan.nbytes += nbytes
+            scan.rounds = max(scan.rounds, rounds)
     target = {d: info[0][k][1] for k, d in enumerate(dims) if is_cf_time(info[0][k][1])}
     keys = []
     for k, d in enumerate(dims):
