@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -283,6 +284,26 @@ def test_scan_progress_only_on_a_terminal(tmp_path: Path):
                                  "--coo-map", "run=INDEX", "-o", str(tmp_path / "all.json"), "--workers", "1"])
     assert rc == 0 and "scanning" in tty and "3/3" in tty and "wrote" in tty, tty
     assert refset.load(tmp_path / "all.json").grids["v"].shape == (3, 100)
+
+
+def test_the_bar_of_a_remote_scan_counts_bytes_read(tmp_path: Path):
+    """Scanning remote files, the bar shows the bytes read so far beside the files (read by the scan
+    threads while they run), and the summary the requests and bytes in all."""
+    h5py = pytest.importorskip("h5py")
+    np = pytest.importorskip("numpy")
+    from tests.httpserver import RangeServer
+
+    for i in range(3):
+        with h5py.File(tmp_path / f"d{i}.h5", "w") as f:
+            f.create_dataset("v", data=np.arange(100) + i, chunks=(25,))
+    with RangeServer(tmp_path) as srv:
+        urls = [f"{srv.url}/d{i}.h5" for i in range(3)]
+        rc, _, tty = run_tty_stderr([sys.executable, "-m", "refset.cli", "scan", *urls, "--concat-dim", "run",
+                                     "--coo-map", "run=INDEX", "-o", str(tmp_path / "all.json")])
+        total = srv.bytes
+    assert rc == 0 and "3/3" in tty, tty
+    assert re.search(r"\d[\d.,]* (B|KB) read", tty), tty
+    assert f"3 requests and {total:,} bytes read" in tty
 
 
 @pytest.mark.parametrize("cmd", ["combine", "convert"])

@@ -116,7 +116,8 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
                                 identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
                                 coo_map=coo_map, coo_dtypes=coo_dtypes,
                                 storage_options=so, remote_options=ro, scan=run,
-                                client=client, progress=bar.update, concurrency=a.concurrency)
+                                client=client, progress=bar.counting_bytes(run.read_so_far),
+                                concurrency=a.concurrency)
     except InvalidReferences as e:
         raise InvalidReferences([_cli_words(p) for p in e.problems]) from None
     except Unsupported as e:

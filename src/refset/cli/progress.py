@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -40,6 +40,16 @@ class Bar:
         if self._bar is not None:
             self._bar.update(n)
 
+    def counting_bytes(self, read: Callable[[], int]) -> Callable[[int], None]:
+        """An ``update`` that also shows ``read()`` bytes beside the count (remote scans)."""
+        def update(n: int = 1) -> None:
+            if self._bar is not None:
+                nbytes = read()
+                if nbytes:
+                    self._bar.set_postfix_str(f"{_size(nbytes)} read", refresh=False)
+                self._bar.update(n)
+        return update
+
     def write(self, line: str) -> None:
         """``line`` on stderr, above the bar when there is one."""
         if self._bar is not None:
@@ -62,6 +72,16 @@ class Bar:
         for item in items:
             yield item
             self.update()
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for a person: 812 B, 3.4 MB."""
+    x = float(n)
+    for unit in ("B", "KB", "MB"):
+        if x < 1000:
+            return f"{x:,.0f} B" if unit == "B" else f"{x:,.1f} {unit}"
+        x /= 1000
+    return f"{x:,.1f} GB"
 
 
 def _terminal_size() -> tuple[int, int]:

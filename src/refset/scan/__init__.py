@@ -81,6 +81,7 @@ class Scan:
         #: what the run's remote files cost so far: files scanned, requests made, bytes read, and the
         #: most round trips one of them took (its requests of a round are sent together)
         self.files = self.requests = self.nbytes = self.rounds = 0
+        self._threads: list[Scan] = []  # the runs of :meth:`many`'s threads while it runs
 
     def scanner(self, cls: type[Scanner]) -> Scanner:
         """This run's scanner of class ``cls``, made with the options it takes."""
@@ -168,7 +169,7 @@ class Scan:
         from concurrent.futures import ThreadPoolExecutor
 
         local = threading.local()
-        runs: list[Scan] = []
+        runs = self._threads = []
 
         def one(u: str) -> ReferenceSet | None:
             run = getattr(local, "run", None)
@@ -189,11 +190,17 @@ class Scan:
                 yield done
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            self._threads = []
             for run in runs:  # the threads' runs counted for this one
                 self.files += run.files
                 self.requests += run.requests
                 self.nbytes += run.nbytes
                 self.rounds = max(self.rounds, run.rounds)
+
+    def read_so_far(self) -> int:
+        """Bytes read from remote files so far, those of :meth:`many`'s threads while it runs
+        included (a progress bar's count; the run's own counts take them when it ends)."""
+        return self.nbytes + sum(run.nbytes for run in list(self._threads))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_remake, (self.head_bytes, self.options))
