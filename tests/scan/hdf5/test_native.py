@@ -128,7 +128,7 @@ def test_h5py_files(tmp_path: Path, libver: str, order: str, track: bool, many: 
     300: a heap with an indirect root block and a name index of depth 1."""
     p = tmp_path / "f.h5"
     _h5py_file(p, libver, order, track, many, many)
-    check_same(p, must_be_native=libver != "latest")  # latest: layout v4 (new chunk indexes), h5py
+    check_same(p, must_be_native=True)  # latest: layout v4 (fixed and extensible array chunk indexes)
 
 
 @pytest.mark.parametrize("libver", ["earliest", "v108"])
@@ -144,11 +144,61 @@ def test_compact_data_is_read_from_its_header(tmp_path: Path, libver: str, order
     np.testing.assert_array_equal(got, np.arange(4, dtype="i2"))
 
 
-def test_compact_data_in_a_version_4_layout_falls_back_to_h5py(tmp_path: Path) -> None:
+@pytest.mark.parametrize("libver", ["v110", "latest"])  # layout messages of version 4 and 5
+def test_compact_data_in_a_version_4_layout(tmp_path: Path, libver: str) -> None:
     p = tmp_path / "f.h5"
-    _h5py_file(p, "latest", "<", False, 2, 2, compact=True)
+    _h5py_file(p, libver, "<", False, 2, 2, compact=True)
+    check_same(p, must_be_native=True)
+
+
+@pytest.mark.parametrize("libver", ["v110", "latest"])
+def test_version_4_chunk_indexes(tmp_path: Path, libver: str) -> None:
+    """The chunk indexes of HDF5 1.10+ (libver v110/latest: layout messages of version 4 and 5) are
+    read natively and equal h5py's: a single chunk (plain and filtered), an implicit index (early
+    allocation), fixed arrays (filtered, plain, resizable to a fixed maximum, paged past 1024
+    chunks with unwritten pages), extensible arrays (empty, and all chunks in the index block);
+    an extensible array past its index block and a version 2 B-tree (two unlimited dimensions) are
+    read through h5py, with the same set."""
+    p = tmp_path / "f.h5"
+    rng = np.random.default_rng(3)
+    with h5py.File(p, "w", libver=libver) as f:
+        f.create_dataset("single", data=np.arange(12.0).reshape(3, 4), chunks=(3, 4))
+        f.create_dataset("single_z", data=np.arange(12.0).reshape(3, 4), chunks=(3, 4), compression="gzip")
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((2, 5))
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)  # every chunk allocated: an implicit index
+        sid = h5py.h5s.create_simple((4, 10))
+        h5py.h5d.create(f.id, b"implicit", h5py.h5t.NATIVE_INT32, sid, dcpl=dcpl)
+        f["implicit"][...] = np.arange(40, dtype="i4").reshape(4, 10)
+        f.create_dataset("fixed", data=np.arange(60, dtype="<i4").reshape(6, 10), chunks=(4, 3))
+        f.create_dataset("fixed_z", data=rng.random((30, 40)), chunks=(7, 9), compression="gzip", shuffle=True)
+        f.create_dataset("fixed_max", shape=(5, 5), maxshape=(9, 12), chunks=(2, 2), dtype="f4",
+                         fillvalue=-1)[:3, :3] = 7
+        paged = f.create_dataset("paged", shape=(3000,), chunks=(1,), dtype="u1", compression="gzip")
+        paged[:1500] = 1  # page 0 written, page 1 partly, page 2 never (pages of 1024 chunks)
+        f.create_dataset("ea_empty", shape=(0, 3), maxshape=(None, 3), chunks=(2, 3), dtype="f8")
+        f.create_dataset("ea_small", data=np.arange(18.0).reshape(6, 3), maxshape=(None, 3), chunks=(2, 3))
+        f.create_dataset("ea_z", data=np.arange(6.0), maxshape=(None,), chunks=(2,), compression="gzip")
+        big = f.create_dataset("ea_big", data=np.arange(40.0), maxshape=(None,), chunks=(2,))  # 20 chunks
+        big.attrs["x"] = 1
+    check_same(p, must_be_native=True, drop_variables=["ea_big"])
+    ds = refset.open_dataset(Scan(drop_variables=["ea_big"])(str(p)))
+    with h5py.File(p) as f:
+        for name in ds.data_vars:
+            np.testing.assert_array_equal(ds[name].values, f[name][()], err_msg=name)
+    from tests.httpserver import RangeServer
+
+    with RangeServer(tmp_path) as srv:  # read remotely: the indexes' blocks read ahead, the same set
+        url = f"{srv.url}/f.h5"
+        remote = Scan(drop_variables=["ea_big"])(url)
+        local = Scan(drop_variables=["ea_big"])(str(p))
+        assert refset.rename_urls(remote, {url: str(p)}).to_dict() == local.to_dict()
     check_same(p, must_be_native=False)
-    assert "layout version" in LAST[0]
+    assert "extensible array past its index block" in LAST[0]
+    with h5py.File(tmp_path / "b2.h5", "w", libver=libver) as f:
+        f.create_dataset("b2", data=np.arange(12.0).reshape(3, 4), maxshape=(None, None), chunks=(2, 2))
+    check_same(tmp_path / "b2.h5", must_be_native=False)
+    assert "version 2 B-tree chunk index" in LAST[0]
 
 
 def test_string_variables_are_read_natively(tmp_path: Path) -> None:
@@ -328,20 +378,21 @@ def _native_only(path: Path) -> tuple[str, object] | None:
         return None
 
 
-@pytest.mark.parametrize("kind", ["netcdf4", "h5py-compact"])
+@pytest.mark.parametrize("kind", ["netcdf4", "h5py-compact", "h5py-latest"])
 def test_corrupt_metadata_never_gives_a_different_set(tmp_path: Path, kind: str) -> None:
     """Flip one byte at a time across the file's metadata (every 7th byte outside the data): the
     native pass declines (the scan then gives h5py's answer, by construction) or returns the
     uncorrupted file's set (the byte does not matter to the set); where it returns anything else,
     h5py (in a child process: libhdf5 can hang on such files) must return that same set. The h5py
-    file holds compact data (values in a header) too."""
+    files hold compact data (values in a header) too; the latest one version 5 layouts (fixed and
+    extensible array chunk indexes)."""
     import json
 
     q = tmp_path / "f.nc"
     if kind == "netcdf4":
         _netcdf4_file(q, 0)
     else:
-        _h5py_file(q, "earliest", "<", False, 2, 2, compact=True)
+        _h5py_file(q, "latest" if kind == "h5py-latest" else "earliest", "<", False, 2, 2, compact=True)
     good = q.read_bytes()
     want_clean = _native_only(q)
     assert want_clean is not None and want_clean[1] == _scan(q, False, inline_threshold=0)[1]

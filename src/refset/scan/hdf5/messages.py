@@ -125,9 +125,16 @@ def fill_value(old: bytes | None, new: bytes | None) -> bytes | None:
 
 
 def layout(body: bytes) -> tuple[str, Any]:
-    """("contiguous", (address, size)), ("chunked", (B-tree address, chunk shape, element size)) or
-    ("compact", data): a version 3 layout message (spec IV.A.2.i)."""
-    need(body[0] == 3, "layout version")
+    """("contiguous", (address, size)), ("chunked", (index, chunk shape, element size)) or
+    ("compact", data): a version 3, 4 or 5 layout message (spec IV.A.2.i). ``index`` is the chunk
+    index: ``("btree1", address)`` (version 3), else version 4's ``("single", address, filtered size
+    or None, filter mask)``, ``("implicit", address)``, ``("farray", address)`` or ``("earray",
+    address)``; a version 2 B-tree index is not native."""
+    version = body[0]
+    # version 5 (libhdf5 2.0) is version 4 with filtered chunk sizes in 8-byte fields, which the
+    # indexes' own entry sizes say
+    need(version in (3, 4, 5), "layout version")
+    need(len(body) >= 2, "layout message")
     cls = body[1]
     if cls == 0:
         need(len(body) >= 4, "compact layout")
@@ -135,15 +142,45 @@ def layout(body: bytes) -> tuple[str, Any]:
         need(len(body) >= 4 + size, "compact layout data")
         return "compact", body[4:4 + size]
     if cls == 1:
+        need(len(body) >= 18, "contiguous layout")
         addr, size = struct.unpack_from("<QQ", body, 2)
         return "contiguous", (addr, size)
-    if cls == 2:
+    if cls != 2:
+        raise NotNative(f"layout class {cls}")
+    if version == 3:
         rank = body[2]
         need(rank >= 1 and len(body) >= 11 + 4 * rank, "chunked layout")
         addr = struct.unpack_from("<Q", body, 3)[0]
         dims = struct.unpack_from(f"<{rank}I", body, 11)
-        return "chunked", (addr, tuple(int(d) for d in dims[:-1]), int(dims[-1]))
-    raise NotNative(f"layout class {cls}")
+        return "chunked", (("btree1", addr), tuple(int(d) for d in dims[:-1]), int(dims[-1]))
+    need(len(body) >= 5, "chunked layout")
+    flags, ndims, enc = body[2], body[3], body[4]
+    need(ndims >= 2 and 1 <= enc <= 8 and not flags & ~0x03, "chunked layout")
+    # edge chunks stored unfiltered under a filter pipeline: a reader applying the codecs to every
+    # chunk would decode them wrong
+    need(not flags & 0x01, "partial edge chunks not filtered")
+    p = 5 + ndims * enc
+    need(len(body) >= p + 1, "chunked layout dimensions")
+    sizes = [int.from_bytes(body[5 + i * enc:5 + (i + 1) * enc], "little") for i in range(ndims)]
+    kind = body[p]
+    p += 1
+    extra = {1: 12 if flags & 0x02 else 0, 2: 0, 3: 1, 4: 5, 5: 6}.get(kind)
+    need(extra is not None, "chunk index type")
+    assert extra is not None  # for mypy: need raised otherwise
+    need(len(body) >= p + extra + 8, "chunk index information")
+    addr = struct.unpack_from("<Q", body, p + extra)[0]
+    if kind == 1:
+        fsize, mask = struct.unpack_from("<QI", body, p) if flags & 0x02 else (None, 0)
+        index: tuple[Any, ...] = ("single", addr, fsize, mask)
+    elif kind == 2:
+        index = ("implicit", addr)
+    elif kind == 3:
+        index = ("farray", addr)
+    elif kind == 4:
+        index = ("earray", addr)
+    else:
+        raise NotNative("version 2 B-tree chunk index")
+    return "chunked", (index, tuple(sizes[:-1]), sizes[-1])
 
 
 def filters(body: bytes) -> list[tuple[int, tuple[int, ...], str]]:

@@ -164,6 +164,15 @@ class H5File:
         if todo:
             prefetch([(p, min(p + _HEADER_GUESS, self.size)) for p in sorted(todo)])
 
+    def prefetch_blocks(self, addrs: list[int]) -> None:
+        """Have the first :data:`_NODE_GUESS` bytes at each of ``addrs`` read in one round of the
+        file's ``prefetch`` (a remote file's): the headers of version 4 layouts' chunk indexes, with
+        the blocks written next to them. A hint only."""
+        prefetch = getattr(self.f, "prefetch", None)
+        todo = sorted({self.base + a for a in addrs if a != UNDEF and 0 <= self.base + a < self.size})
+        if prefetch is not None and todo:
+            prefetch([(p, min(p + _NODE_GUESS, self.size)) for p in todo])
+
     def prefetch_chunk_btrees(self, trees: list[tuple[int, int]]) -> None:
         """Have the nodes of the chunk B-trees (version 1, type 1) at ``(address, rank)`` read a level
         at a time: each level of all the trees in one round of the file's ``prefetch`` (a remote

@@ -12,6 +12,7 @@ import numpy as np
 
 from refset.scan.hdf5 import messages as message
 from refset.scan.hdf5.base import UNDEF, NotNative, need
+from refset.scan.hdf5.chunkindex import index_start, read_index
 from refset.scan.hdf5.dense import dense_messages
 from refset.scan.hdf5.meta import H5File
 
@@ -226,9 +227,10 @@ class NativeNode:
                 need(size == nbytes and self.h5.base + addr + size <= self.h5.size, "contiguous extent")
                 self.offset = self.h5.base + addr
         else:
-            self._btree, chunks, elsize = info
+            self._index, chunks, elsize = info
             need(elsize == item and len(chunks) == len(self.shape) and all(chunks), "chunk shape")
-            need(math.prod(chunks) * elsize < 2**32, "chunk size of 4 GiB or more with a v1 B-tree index")
+            if self._index[0] == "btree1":
+                need(math.prod(chunks) * elsize < 2**32, "chunk size of 4 GiB or more with a v1 B-tree index")
             self.chunks = chunks
 
     def _dataset_info(self) -> tuple[Any, ...]:
@@ -263,15 +265,19 @@ class NativeNode:
     def prefetch_chunk_indexes(self, datasets: list[Any]) -> None:
         """Read the chunk indexes of ``datasets`` (nodes of this file) ahead, a level of all of them
         per round trip (a remote file; nothing for a local one)."""
-        self.h5.prefetch_chunk_btrees([(d._btree, len(d.shape)) for d in datasets
-                                       if isinstance(d, NativeNode) and d.is_dataset and d.chunks is not None])
+        chunked = [d for d in datasets if isinstance(d, NativeNode) and d.is_dataset and d.chunks is not None]
+        self.h5.prefetch_blocks([a for d in chunked if (a := index_start(d._index)) is not None])
+        self.h5.prefetch_chunk_btrees([(d._index[1], len(d.shape)) for d in chunked if d._index[0] == "btree1"])
 
     def chunk_index(self, grid: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(flat indices in ``grid``, filter masks, offsets, sizes) of the chunks the B-tree lists."""
-        if self._btree == UNDEF:
+        """(flat indices in ``grid``, filter masks, offsets, sizes) of the chunks the index lists."""
+        kind, addr = self._index[0], self._index[1]
+        if kind != "btree1":
+            return self._chunk_index_v4(grid)
+        if addr == UNDEF:
             z = np.zeros(0, np.int64)
             return z, z, z, z
-        pos, mask, off, size = self.h5.chunk_btree(self._btree, len(self.shape))
+        pos, mask, off, size = self.h5.chunk_btree(addr, len(self.shape))
         chunks = np.array(self.chunks, np.int64)
         idx = pos // chunks
         need(bool((pos % chunks == 0).all() and (idx < np.array(grid, np.int64)).all()), "chunk position")
@@ -279,6 +285,21 @@ class NativeNode:
         if flat.size > 1 and not bool((flat[1:] > flat[:-1]).all()):  # B-trees list them in order
             need(len(np.unique(flat)) == len(flat), "chunk listed twice")
         return flat, mask, off, size
+
+    def _chunk_index_v4(self, grid: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`chunk_index` of a version 4 layout's index, its linear indices (over the grid of the
+        maximum extent) taken to ``grid``."""
+        chunks = tuple(self.chunks or ())
+        item = 16 if self.dtype.kind == "O" else self.dtype.itemsize
+        maxgrid = tuple(None if m is None else -(-m // c) for m, c in zip(self.maxshape, chunks, strict=True))
+        flat, mask, off, size = read_index(self.h5, self._index, math.prod(chunks) * item, maxgrid,
+                                           bool(self.filters))
+        if not flat.size:
+            return flat, mask, off, size
+        dims = tuple(int(flat.max()) + 1 if g is None else g for g in maxgrid)  # an unlimited dim: any bound
+        idx = np.unravel_index(flat, dims)
+        need(all(bool((i < g).all()) for i, g in zip(idx, grid, strict=True)), "chunk position")
+        return np.ravel_multi_index(idx, grid).astype(np.int64), mask, off, size
 
     def deref(self, ref: Any) -> Any:
         return int(ref)
