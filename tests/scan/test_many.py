@@ -109,7 +109,24 @@ def test_a_cluster_combine_counts_what_its_workers_scans_cost(tmp_path: Path) ->
                                       dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
             srv.reset()
             run = Scan()
-            on = refset.combine(urls, concat_dims="time", client=client, batch_size=2, scan=run)
+            seen: list[int] = []
+            on = refset.combine(urls, concat_dims="time", client=client, batch_size=2, scan=run,
+                                progress=lambda n: seen.append(run.read_so_far()))
             assert on.to_dict() == here
+            assert seen and seen[0] > 0 and seen == sorted(seen)  # counted as each task's part arrives
             assert (run.files, run.requests, run.nbytes) == (9, srv.requests, srv.bytes)
             assert run.rounds == 1  # small files: the first answer holds each
+
+
+def test_bytes_read_so_far_grow_while_the_scans_run(tmp_path: Path) -> None:
+    """progress is called as each remote input's scan ends, while the others run, and the run's
+    read_so_far counts the bytes its threads have read by then (a progress bar's count: it showed
+    only the final total, after every scan had ended)."""
+    files = _days(tmp_path, 8)
+    with RangeServer(tmp_path, delay=0.2) as srv:
+        run = Scan(head_bytes=4096)  # more than one round a file
+        seen: list[int] = []
+        refset.combine([f"{srv.url}/{f.name}" for f in files], concat_dims="time", scan=run,
+                       progress=lambda n: seen.append(run.read_so_far()), concurrency=4)
+        assert len(seen) == 8 and 0 < seen[0] < seen[-1] <= run.nbytes == srv.bytes
+        assert seen == sorted(seen)

@@ -78,7 +78,7 @@ def _size(n: int) -> str:
     """``n`` bytes for a person: 812 B, 3.4 MB."""
     x = float(n)
     for unit in ("B", "KB", "MB"):
-        if x < 1000:
+        if round(x, 1) < 1000:  # 999.97 KB would print as 1,000.0 KB
             return f"{x:,.0f} B" if unit == "B" else f"{x:,.1f} {unit}"
         x /= 1000
     return f"{x:,.1f} GB"

@@ -67,12 +67,14 @@ def cmd_scan(a: argparse.Namespace) -> int:
     run = Scan(**_scan_options(a))  # one run: files of one product share parsed headers
     with Bar(len(a.files), "scanning", many and wanted(a.quiet)) as bar, _unused_drops(a, len(a.files), where):
         scanned = run.many(a.files, so, concurrency=a.concurrency)  # remote files many at once
-        for src, dest, rs in bar.iterate(zip(a.files, dests, scanned, strict=True)):
+        tick = bar.counting_bytes(run.read_so_far)
+        for src, dest, rs in zip(a.files, dests, scanned, strict=True):
             _save(rs, dest, a, options, so)
             n = sum(rs.table(p).count() for p in rs.grids)
             arrays, refs = arrays + len(rs.grids), refs + n
             if not a.quiet and many:
                 bar.write(f"wrote {dest} ({len(rs.grids)} arrays, {n:,} references) from {src}")
+            tick(1)
     if not a.quiet and many:
         size = sum(_size_on_disk(d) or 0 for d in dests)
         costs = _costs(run)

@@ -138,22 +138,32 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
                             preprocess, dict(scan_options or {}), concurrency, pure=False)
               for s in range(0, n, size)]
     pending = [client.submit(_coords_part, g, pure=False) for g in groups]
-    if progress is not None:
-        from distributed import as_completed
+    got: dict[int, Any] = {}
 
-        for f in as_completed(pending):
-            progress(min(size, n - size * pending.index(f)))
-    from refset.combine.inputs import warn_unused
-
-    parts = [pickle.loads(p) for p in client.gather(pending)]
-    info = [c for part, _, _ in parts for c in part]
-    warn_unused([u for _, us, _ in parts for u in us])
-    if scan is not None:  # what the workers' scans cost, counted in the caller's run
-        for _, _, (files, requests, nbytes, rounds) in parts:
+    def arrived(k: int, frame: bytes) -> None:
+        got[k] = part = pickle.loads(frame)
+        if scan is not None:  # what the workers' scans cost, counted in the caller's run as it comes
+            files, requests, nbytes, rounds = part[2]
             scan.files += files
             scan.requests += requests
             scan.nbytes += nbytes
             scan.rounds = max(scan.rounds, rounds)
+
+    if progress is not None:
+        from distributed import as_completed
+
+        for f in as_completed(pending):
+            k = pending.index(f)
+            arrived(k, f.result())
+            progress(min(size, n - size * k))
+    rest = [k for k in range(len(pending)) if k not in got]
+    for k, frame in zip(rest, client.gather([pending[k] for k in rest]), strict=True):
+        arrived(k, frame)
+    from refset.combine.inputs import warn_unused
+
+    parts = [got[k] for k in range(len(pending))]
+    info = [c for part, _, _ in parts for c in part]
+    warn_unused([u for _, us, _ in parts for u in us])
     target = {d: info[0][k][1] for k, d in enumerate(dims) if is_cf_time(info[0][k][1])}
     keys = []
     for k, d in enumerate(dims):

@@ -135,7 +135,8 @@ def open_inputs(items: Sequence[Any], start: int = 0, *, storage_options: Mappin
     """Every input opened as :func:`open_input` opens it (``start``: the first one's index), remote data
     files scanned ``concurrency`` at a time (default :data:`refset.scan.CONCURRENCY`), and for each
     input the names to drop that it lacked (their warnings are kept back: the caller warns once).
-    ``progress(1)`` is called as each input has been opened, in order."""
+    ``progress(1)`` is called as each input has been opened (remote data files as their scans end,
+    then the others in order)."""
     from refset.io.local import is_local
 
     run = scan or Scan()
@@ -152,13 +153,16 @@ def open_inputs(items: Sequence[Any], start: int = 0, *, storage_options: Mappin
                                   strict=True):
                 if rs is not None:
                     opened[i] = (rs, url)
+                    if progress is not None:  # as each arrives, while the others are read
+                        progress(1)
         threaded = len(caught)  # their warnings name their files: matched below
         for i, x in enumerate(items):
-            if opened[i] is None:
-                mark = len(caught)
-                opened[i] = open_input(x, start + i, storage_options=so, scan=run)
-                unused[i] = {n for w in caught[mark:] if isinstance(w.message, UnusedDropWarning)
-                             for n in w.message.names}
+            if opened[i] is not None:
+                continue  # scanned above, and counted
+            mark = len(caught)
+            opened[i] = open_input(x, start + i, storage_options=so, scan=run)
+            unused[i] = {n for w in caught[mark:] if isinstance(w.message, UnusedDropWarning)
+                         for n in w.message.names}
             if progress is not None:
                 progress(1)
     by_url: dict[str, set[str]] = {}
