@@ -36,6 +36,26 @@ FAULTS = (None, "stall", "shift", "short", "ignore", "truncate", "500", "gzip-en
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
+def _range(header: str | None, size: int) -> tuple[int, int, int]:
+    """(status, start, end exclusive) of the answer to a ``Range`` header for a file of ``size``
+    bytes, as RFC 9110 (14.2) says: no header, one it cannot parse (several ranges, another unit)
+    or an invalid one (last before first): 200 and the whole file; a range starting past the end,
+    or any range of an empty file: 416; else 206 and the range, cut at the end of the file."""
+    m = _RANGE.match(header.strip()) if header else None
+    if m is None or (not m.group(1) and not m.group(2)):
+        return 200, 0, size
+    a, b = m.group(1), m.group(2)
+    if not a:  # the last b bytes
+        if int(b) == 0 or size == 0:
+            return 416, 0, 0
+        return 206, max(size - int(b), 0), size
+    if b and int(b) < int(a):
+        return 200, 0, size
+    if int(a) >= size:
+        return 416, 0, 0
+    return 206, int(a), (min(int(b) + 1, size) if b else size)
+
+
 _PIECE = 64 * 1024  # bodies are written in pieces of this size when a bandwidth cap is set
 
 
@@ -112,28 +132,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         size = os.path.getsize(path)
-        start, end = 0, size  # end exclusive
-        status = 200
-        rng = self.headers.get("Range")
-        if rng:
-            m = _RANGE.match(rng.strip())
-            if not m or (not m.group(1) and not m.group(2)):
-                self.send_response(416)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            a, b = m.group(1), m.group(2)
-            if not a:
-                start, end = max(size - int(b), 0), size
-            else:
-                start, end = int(a), (min(int(b) + 1, size) if b else size)
-            if start >= size and size > 0:
-                self.send_response(416)
-                self.send_header("Content-Range", f"bytes */{size}")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            status = 206
+        status, start, end = _range(self.headers.get("Range"), size)  # end exclusive
+        if status == 416:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         fault = self.server.fault
         if fault == "500":
             self.send_response(500)
@@ -326,12 +331,18 @@ class _AsyncServer:
             while True:
                 head = await r.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
-                method, target, _v = lines[0].split(" ", 2)
-                rng = None
+                method, target, version = lines[0].split(" ", 2)
+                fields = {}
                 for line in lines[1:]:
                     k, _, v = line.partition(":")
-                    if k.strip().lower() == "range":
-                        rng = v.strip()
+                    fields[k.strip().lower()] = v.strip()
+                rng = fields.get("range")
+                conn = fields.get("connection", "").lower()
+                close = conn == "close" or (version == "HTTP/1.0" and conn != "keep-alive")
+                if method not in ("GET", "HEAD"):
+                    w.write(b"HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    await w.drain()
+                    return
                 if target in ("/__count__", "/__bytes__"):
                     body = str(self.count if target == "/__count__" else self.nbytes).encode()
                     w.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -341,14 +352,18 @@ class _AsyncServer:
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 status, hdrs, body = self._answer(target, rng, method == "GET")
+                if close:
+                    hdrs += "Connection: close\r\n"
                 w.write(f"HTTP/1.1 {status}\r\n{hdrs}\r\n".encode())
                 if body:
                     self.nbytes += len(body)
                     await self._send(w, body)
                 else:
                     await w.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
-            pass
+                if close:
+                    return
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError, OSError):
+            pass  # a broken request or connection: dropped
         finally:
             w.close()
 
@@ -357,21 +372,13 @@ class _AsyncServer:
         if path is None:
             return "404 Not Found", "Content-Length: 0\r\n", b""
         size = os.path.getsize(path)
-        start, end, status = 0, size, "200 OK"
-        extra = ""
-        if rng:
-            m = _RANGE.match(rng)
-            if not m or (not m.group(1) and not m.group(2)):
-                return "416 Range Not Satisfiable", "Content-Length: 0\r\n", b""
-            a, b = m.group(1), m.group(2)
-            if not a:
-                start, end = max(size - int(b), 0), size
-            else:
-                start, end = int(a), (min(int(b) + 1, size) if b else size)
-            if start >= size and size > 0:
-                return "416 Range Not Satisfiable", f"Content-Range: bytes */{size}\r\nContent-Length: 0\r\n", b""
+        code, start, end = _range(rng, size)
+        if code == 416:
+            return "416 Range Not Satisfiable", f"Content-Range: bytes */{size}\r\nContent-Length: 0\r\n", b""
+        status, extra = "200 OK", ""
+        if code == 206:
             status = "206 Partial Content"
-            extra = f"Content-Range: bytes {start}-{max(end - 1, start)}/{size}\r\n"
+            extra = f"Content-Range: bytes {start}-{end - 1}/{size}\r\n"
         data = b""
         if body and end > start:
             with open(path, "rb") as f:

@@ -326,6 +326,8 @@ async def _http_range(fs: Any, url: str, start: int, end: int) -> tuple[bytes, i
     session = await fs.set_session()
     async with session.get(fs.encode_url(url), headers=headers, **kw) as r:
         data = await r.read()
+        if r.status == 416 and start == 0 and (r.headers.get("Content-Range") or "").replace(" ", "") == "bytes*/0":
+            return b"", 0  # an empty file has no range to give (RFC 9110 15.5.17, as S3 answers)
         fs._raise_not_found_for_status(r, url)
         status, content_range = r.status, r.headers.get("Content-Range")
     return checked_range(url, start, end, status, content_range, data)

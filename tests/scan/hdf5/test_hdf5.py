@@ -450,3 +450,17 @@ if __name__ == "__main__":  # the table in docs/scan.md: python -m tests.scan.hd
     for p in hdf5_corpus():
         n, x, r = oracle(p)
         print(f"| {p.parent.name}/{p.name} | {n} | {x or '-'} | {', '.join(r) or '-'} |")
+
+
+def test_an_empty_remote_file_is_what_an_empty_local_file_is(tmp_path: Path) -> None:
+    """A server answers a range of an empty file with 416 and ``Content-Range: bytes */0`` (RFC
+    9110; S3 does too): the scan reads it as a file of no bytes, as it reads the local one, not as
+    an unreachable file."""
+    from tests.httpserver import RangeServer
+
+    (tmp_path / "empty.nc").write_bytes(b"")
+    with pytest.raises(Unsupported, match="not a NetCDF3, NetCDF4 or HDF5 file") as local:
+        scan(tmp_path / "empty.nc")
+    with RangeServer(tmp_path) as srv, pytest.raises(Unsupported) as remote:
+        scan(f"{srv.url}/empty.nc")
+    assert str(remote.value).split(": ", 1)[1] == str(local.value).split(": ", 1)[1]
