@@ -157,8 +157,8 @@ def test_version_4_chunk_indexes(tmp_path: Path, libver: str) -> None:
     read natively and equal h5py's: a single chunk (plain and filtered), an implicit index (early
     allocation), fixed arrays (filtered, plain, resizable to a fixed maximum, paged past 1024
     chunks with unwritten pages), extensible arrays (empty, in the index block, in super blocks,
-    paged, two-dimensional); a version 2 B-tree (two unlimited dimensions) is read through h5py,
-    with the same set."""
+    paged, two-dimensional, unlimited along a later dimension); a version 2 B-tree (two unlimited
+    dimensions) is read through h5py, with the same set."""
     p = tmp_path / "f.h5"
     rng = np.random.default_rng(3)
     with h5py.File(p, "w", libver=libver) as f:
@@ -198,6 +198,11 @@ def test_version_4_chunk_indexes(tmp_path: Path, libver: str) -> None:
         f.create_dataset("b2", data=np.arange(12.0).reshape(3, 4), maxshape=(None, None), chunks=(2, 2))
     check_same(tmp_path / "b2.h5", must_be_native=False)
     assert "version 2 B-tree chunk index" in LAST[0]
+    with h5py.File(tmp_path / "ea1.h5", "w", libver=libver) as f:  # unlimited along a later dimension
+        f.create_dataset("late", data=np.arange(60.0).reshape(3, 4, 5), maxshape=(3, None, 5), chunks=(2, 1, 2))
+    check_same(tmp_path / "ea1.h5", must_be_native=True)
+    got = refset.open_dataset(Scan()(str(tmp_path / "ea1.h5")))["late"].values
+    np.testing.assert_array_equal(got, np.arange(60.0).reshape(3, 4, 5))
 
 
 def test_string_variables_are_read_natively(tmp_path: Path) -> None:
@@ -417,6 +422,31 @@ def test_corrupt_metadata_never_gives_a_different_set(tmp_path: Path, kind: str)
             differs.append(i)
     assert declined > 10, "the native reader never noticed a corrupt byte"
     assert not differs, f"native scan differs from h5py's after flipping bytes at {differs[:10]}"
+
+
+def test_chunks_along_a_later_unlimited_dimension_are_placed_right(tmp_path: Path) -> None:
+    """libhdf5 2.0 indexes the chunks of a dataset unlimited along a dimension other than the first
+    with an extensible array in "swizzled" order, and its chunk iteration (h5py's chunk_iter and
+    get_chunk_info, which kerchunk reads) reports their positions wrong: chunks land in the wrong
+    places or past the grid (kerchunk's set reads wrong values). The native reader decodes the
+    index; so does the h5py path for such a dataset when the file goes to h5py for another reason
+    (an enum dataset here): both give h5py's values."""
+    p = tmp_path / "late.h5"
+    want = np.arange(60.0).reshape(3, 4, 5)
+    with h5py.File(p, "w", libver="latest") as f:
+        f.create_dataset("late", data=want, maxshape=(3, None, 5), chunks=(2, 1, 2))
+    with h5py.File(p) as f:  # what libhdf5 reports: positions past the grid (4 along dimension 1)
+        reported = [f["late"].id.get_chunk_info(i).chunk_offset for i in range(f["late"].id.get_num_chunks())]
+    assert max(o[1] for o in reported) >= 4
+    for native in (True, False):
+        got = refset.open_dataset(Scan(native=native)(str(p)))["late"].values
+        np.testing.assert_array_equal(got, want)
+    with h5py.File(p, "a") as f:
+        f.create_dataset("kind", data=np.array([0, 1], "i1"), dtype=h5py.enum_dtype({"a": 0, "b": 1}, basetype="i1"))
+    run = Scan()
+    got = refset.open_dataset(run(str(p)), drop_variables=["kind"])["late"].values
+    assert run.scanner(HDF5Scanner).fallbacks == 1  # the enum: read through h5py
+    np.testing.assert_array_equal(got, want)
 
 
 def test_extensible_array_pages(tmp_path: Path) -> None:

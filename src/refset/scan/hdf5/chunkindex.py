@@ -1,12 +1,12 @@
 """The chunk indexes of a version 4 layout message (HDF5 1.10+, ``libver="latest"``; spec IV.A.2.i
 and III.H-III.I): a single chunk, an implicit index (every chunk allocated, one after another), a
 fixed array (datasets without unlimited dimensions; its data block paged from 1024 entries on) and
-an extensible array (one unlimited dimension, the first: an index block, super blocks, data blocks,
-pages). Version 2 B-tree indexes (several unlimited dimensions) are not native (the scan reads them
+an extensible array (one unlimited dimension: an index block, super blocks, data blocks, pages). Version 2 B-tree indexes (several unlimited dimensions) are not native (the scan reads them
 through h5py).
 
 Each gives the chunks as columns: (linear index over the grid of the dataset's maximum extent, filter
-masks, file offsets, sizes), the linear index being libhdf5's (row-major over that grid).
+masks, file offsets, sizes), the linear index being libhdf5's: row-major over that grid, the
+unlimited dimension of an extensible array taken first (libhdf5 "swizzles" it there).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def read_index(h5: H5File, index: tuple[Any, ...], chunk_bytes: int, maxgrid: tu
         need(None not in maxgrid, "fixed array over an unlimited dimension")
         return _fixed_array(h5, addr, math.prod(g for g in maxgrid if g is not None), chunk_bytes, filtered)
     need(kind == "earray", "chunk index type")
-    need(maxgrid[0] is None and None not in maxgrid[1:], "extensible array over other than its first dimension")
+    need(sum(g is None for g in maxgrid) == 1, "extensible array without one unlimited dimension")
     return _extensible_array(h5, addr, chunk_bytes, filtered)
 
 

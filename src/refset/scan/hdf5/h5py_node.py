@@ -14,10 +14,11 @@ class H5Node:
     """A group or dataset as the scanner asks for it, through h5py (the native reader's
     ``refset.scan.hdf5.native.NativeNode`` answers the same questions from the file's bytes)."""
 
-    def __init__(self, obj: Any) -> None:
+    def __init__(self, obj: Any, raw: tuple[Any, int, int] | None = None) -> None:
         import h5py
 
         self.obj = obj
+        self.raw = raw  # (the file's bytes as a seekable file, its size, the superblock's offset)
         self.key = obj.id
         self.is_group = isinstance(obj, h5py.Group)
         self.is_dataset = isinstance(obj, h5py.Dataset)
@@ -42,7 +43,7 @@ class H5Node:
                        h5py.Group(oid) if isinstance(oid, h5py.h5g.GroupID) else None)
             else:
                 obj = grp.get(name)
-            node = H5Node(obj) if isinstance(obj, h5py.Group | h5py.Dataset) else None
+            node = H5Node(obj, self.raw) if isinstance(obj, h5py.Group | h5py.Dataset) else None
             out.append((name, "hard" if kind == h5py.h5l.TYPE_HARD else "soft", node, ""))
         return out
 
@@ -120,6 +121,9 @@ class H5Node:
     def chunk_index(self, grid: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(flat indices in ``grid``, filter masks, byte offsets, sizes) of the stored chunks (a
         chunk outside the grid, which HDF5 keeps after a dataset shrinks, is left out)."""
+        unlimited = [k for k, m in enumerate(self.obj.maxshape or ()) if m is None]
+        if len(unlimited) == 1 and unlimited[0] > 0:
+            return self._chunks_natively(grid, unlimited[0])
         pos_l: list[tuple[int, ...]] = []
         mask_l: list[int] = []
         off_l: list[int] = []
@@ -140,6 +144,31 @@ class H5Node:
         flat = np.ravel_multi_index(tuple(idx[inside].T), grid) if inside.any() else np.zeros(0, np.int64)
         return (flat, np.array(mask_l, np.int64)[inside], np.array(off_l, np.int64)[inside],
                 np.array(len_l, np.int64)[inside])
+
+    def _chunks_natively(self, grid: tuple[int, ...], dim: int,
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`chunk_index` of a dataset with one unlimited dimension, not the first, read by the
+        native reader: libhdf5 (2.0) indexes such chunks with an extensible array in "swizzled"
+        order (that dimension first) and its chunk iteration reports their positions unswizzled
+        wrong (kerchunk's references then name the wrong chunks); the native reader decodes the
+        index itself. Where it cannot, the dataset is refused rather than given wrong."""
+        import h5py
+
+        from refset.errors import Unsupported
+        from refset.scan.hdf5.meta import H5File
+        from refset.scan.hdf5.native import NativeNode
+
+        if self.raw is None:
+            raise Unsupported(f"{self.obj.name}: chunks along an unlimited dimension {dim} that is not the first "
+                              "need the file's bytes to be read right")
+        f, size, start = self.raw
+        try:
+            node = NativeNode(H5File(f, size, start), h5py.h5o.get_info(self.obj.id).addr)
+            return node.chunk_index(grid)
+        except Exception as e:
+            raise Unsupported(f"{self.obj.name}: its chunks, along an unlimited dimension {dim} that is not the "
+                              f"first, are indexed in an order libhdf5 reports wrong, and the native reader "
+                              f"cannot read the index ({e})") from None
 
     def memo_key(self) -> None:
         """Files read through h5py keep nothing for the next (see ``NativeNode.memo_key``)."""

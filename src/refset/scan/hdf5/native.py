@@ -296,8 +296,12 @@ class NativeNode:
                                            bool(self.filters))
         if not flat.size:
             return flat, mask, off, size
-        dims = tuple(int(flat.max()) + 1 if g is None else g for g in maxgrid)  # an unlimited dim: any bound
-        idx = np.unravel_index(flat, dims)
+        # an extensible array's index runs over its unlimited dimension first (libhdf5 swizzles it
+        # there), then the others in order; its extent along that dimension bounds nothing
+        order = sorted(range(len(maxgrid)), key=lambda j: maxgrid[j] is not None)
+        dims = tuple(int(flat.max()) + 1 if (g := maxgrid[j]) is None else g for j in order)
+        swizzled = np.unravel_index(flat, dims)
+        idx = tuple(swizzled[order.index(j)] for j in range(len(maxgrid)))
         need(all(bool((i < g).all()) for i, g in zip(idx, grid, strict=True)), "chunk position")
         return np.ravel_multi_index(idx, grid).astype(np.int64), mask, off, size
 

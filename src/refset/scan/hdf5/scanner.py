@@ -84,13 +84,15 @@ class HDF5Scanner(Scanner):
         _load_plugins()
         out = SetWriter(url, self.inline_threshold)
         with h5py.File(f, "r") as h5:
+            raw = (f, f.seek(0, 2), h5.userblock_size)  # for what libhdf5 reports wrong (H5Node)
+            f.seek(0)
             root = h5
             if self.group not in (None, "", "/"):
                 obj = h5.get(self.group)
                 if not isinstance(obj, h5py.Group):
                     raise Unsupported(f"group={self.group!r}: no such group in {url}")
                 root = obj
-            Walker(out, drop, self.subchunk, self.max_inline).walk(H5Node(root))
+            Walker(out, drop, self.subchunk, self.max_inline).walk(H5Node(root, raw))
         return out
 
     def walk_native(self, f: Any, url: str, drop: DropList) -> SetWriter:
