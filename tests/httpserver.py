@@ -74,15 +74,28 @@ class _Bucket:
         self._t = time.monotonic()
         self._lock = threading.Lock()
 
-    def take(self, n: int) -> None:
+    def reserve(self, n: int) -> float:
+        """Reserve ``n`` bytes: the seconds to wait before sending them."""
         with self._lock:
             now = time.monotonic()
             self._tokens = min(self.burst, self._tokens + (now - self._t) * self.rate)
             self._t = now
             self._tokens -= n
-            wait = -self._tokens / self.rate if self._tokens < 0 else 0.0
+            return -self._tokens / self.rate if self._tokens < 0 else 0.0
+
+    def take(self, n: int) -> None:
+        wait = self.reserve(n)
         if wait > 0:
             time.sleep(wait)
+
+
+def _served(root: str, target: str) -> str | None:
+    """The file under ``root`` a request target names, or None (outside it, or no such file)."""
+    rel = target.split("?", 1)[0].lstrip("/")
+    full = os.path.realpath(os.path.join(root, rel))
+    if not full.startswith(root + os.sep) or not os.path.isfile(full):
+        return None
+    return full
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -92,13 +105,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
-
-    def _file(self) -> str | None:
-        rel = self.path.split("?", 1)[0].lstrip("/")
-        full = os.path.realpath(os.path.join(self.server.root, rel))
-        if not full.startswith(self.server.root + os.sep) or not os.path.isfile(full):
-            return None
-        return full
 
     def _reply(self, body: bool) -> None:
         if self.path in ("/__count__", "/__bytes__"):
@@ -125,7 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.stopping.wait(600)
             self.close_connection = True
             return
-        path = self._file()
+        path = _served(self.server.root, self.path)
         if path is None:
             self.send_response(404)
             self.send_header("Content-Length", "0")
@@ -295,34 +301,21 @@ class _AsyncServer:
     def __init__(self, root: str, delay: float, rate: float | None) -> None:
         self.root = os.path.realpath(root)
         self.delay = delay
-        self.rate = rate
+        self.bucket = _Bucket(rate) if rate else None  # bandwidth cap, bytes/s, all connections
         self.count = 0
         self.nbytes = 0
-        self._tokens = float(_PIECE)
-        self._t = time.monotonic()
-        self._sizes: dict[str, int] = {}
-
-    def _file(self, target: str) -> str | None:
-        rel = target.split("?", 1)[0].lstrip("/")
-        full = os.path.realpath(os.path.join(self.root, rel))
-        if not full.startswith(self.root + os.sep) or not os.path.isfile(full):
-            return None
-        return full
 
     async def _send(self, w: Any, data: bytes) -> None:
-        if self.rate is None:
+        if self.bucket is None:
             w.write(data)
             await w.drain()
             return
         view = memoryview(data)
         for i in range(0, len(view), _PIECE):  # one token bucket for all connections
             piece = view[i:i + _PIECE]
-            now = time.monotonic()
-            self._tokens = min(_PIECE, self._tokens + (now - self._t) * self.rate)
-            self._t = now
-            self._tokens -= len(piece)
-            if self._tokens < 0:
-                await asyncio.sleep(-self._tokens / self.rate)
+            wait = self.bucket.reserve(len(piece))
+            if wait > 0:
+                await asyncio.sleep(wait)
             w.write(piece)
             await w.drain()
 
@@ -368,7 +361,7 @@ class _AsyncServer:
             w.close()
 
     def _answer(self, target: str, rng: str | None, body: bool) -> tuple[str, str, bytes]:
-        path = self._file(target)
+        path = _served(self.root, target)
         if path is None:
             return "404 Not Found", "Content-Length: 0\r\n", b""
         size = os.path.getsize(path)

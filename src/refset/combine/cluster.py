@@ -78,7 +78,7 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
         sets.append((rs, name))
         coords.append([(c.per_input[0], c.attrs) for c in coordinates(
             SetStack.from_sets([rs], [name]), dims, maps[k], coo_dtypes, ro)])
-    return sets, coords, unused, (run.files, run.requests, run.nbytes, run.rounds)
+    return sets, coords, unused, run.costs()
 
 
 def _coords_part(group: tuple[list[Any], list[Any], list[set[str]], tuple[int, int, int, int]]) -> bytes:
@@ -143,11 +143,7 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
     def arrived(k: int, frame: bytes) -> None:
         got[k] = part = pickle.loads(frame)
         if scan is not None:  # what the workers' scans cost, counted in the caller's run as it comes
-            files, requests, nbytes, rounds = part[2]
-            scan.files += files
-            scan.requests += requests
-            scan.nbytes += nbytes
-            scan.rounds = max(scan.rounds, rounds)
+            scan.count(*part[2])
 
     if progress is not None:
         from distributed import as_completed

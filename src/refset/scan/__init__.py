@@ -192,10 +192,18 @@ class Scan:
             pool.shutdown(wait=True, cancel_futures=True)
             self._threads = []
             for run in runs:  # the threads' runs counted for this one
-                self.files += run.files
-                self.requests += run.requests
-                self.nbytes += run.nbytes
-                self.rounds = max(self.rounds, run.rounds)
+                self.count(*run.costs())
+
+    def costs(self) -> tuple[int, int, int, int]:
+        """(files, requests, bytes, the most round trips of a file) of this run's remote scans."""
+        return self.files, self.requests, self.nbytes, self.rounds
+
+    def count(self, files: int, requests: int, nbytes: int, rounds: int) -> None:
+        """Add the :meth:`costs` of another run (a thread's, a cluster task's) to this one's."""
+        self.files += files
+        self.requests += requests
+        self.nbytes += nbytes
+        self.rounds = max(self.rounds, rounds)
 
     def read_so_far(self) -> int:
         """Bytes read from remote files so far, those of :meth:`many`'s threads while it runs

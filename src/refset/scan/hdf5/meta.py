@@ -153,25 +153,18 @@ class H5File:
                 yield n, body
 
     def prefetch_headers(self, addrs: list[int]) -> None:
-        """Have the object headers at ``addrs`` not parsed yet read in one round of the file's
-        ``prefetch`` (a remote file's: a group's members cost one round trip, not one each; their
-        first :data:`_HEADER_GUESS` bytes, a longer header reads on as it is parsed). A hint only."""
-        prefetch = getattr(self.f, "prefetch", None)
-        if prefetch is None:
-            return
-        todo = [self.base + a for a in set(addrs)
-                if a not in self._headers and a != UNDEF and 0 <= self.base + a < self.size]
-        if todo:
-            prefetch([(p, min(p + _HEADER_GUESS, self.size)) for p in sorted(todo)])
+        """Have the object headers at ``addrs`` not parsed yet read ahead in one round (a group's
+        members cost one round trip, not one each; a longer header reads on as it is parsed)."""
+        self.prefetch_blocks([a for a in addrs if a not in self._headers], _HEADER_GUESS)
 
-    def prefetch_blocks(self, addrs: list[int]) -> None:
-        """Have the first :data:`_NODE_GUESS` bytes at each of ``addrs`` read in one round of the
-        file's ``prefetch`` (a remote file's): the headers of version 4 layouts' chunk indexes, with
-        the blocks written next to them. A hint only."""
+    def prefetch_blocks(self, addrs: list[int], n: int = _NODE_GUESS) -> None:
+        """Have the first ``n`` bytes at each of ``addrs`` read in one round of the file's
+        ``prefetch`` (a remote file's; nothing for a local one): object headers, the headers of
+        version 4 layouts' chunk indexes with the blocks written next to them. A hint only."""
         prefetch = getattr(self.f, "prefetch", None)
         todo = sorted({self.base + a for a in addrs if a != UNDEF and 0 <= self.base + a < self.size})
         if prefetch is not None and todo:
-            prefetch([(p, min(p + _NODE_GUESS, self.size)) for p in todo])
+            prefetch([(p, min(p + n, self.size)) for p in todo])
 
     def prefetch_chunk_btrees(self, trees: list[tuple[int, int]]) -> None:
         """Have the nodes of the chunk B-trees (version 1, type 1) at ``(address, rank)`` read a level
