@@ -76,19 +76,39 @@ def _shift_time(refs: dict[str, Any], days: float) -> dict[str, Any]:
     return refs
 
 
-def make_sets(corpus: list[str], work: Path, n: int, inline: bool = True) -> list[str]:
+LONG_DIR = "archive/earth-observation/products/land-surface-temperature/v2.1/daily/global-0.25deg"
+
+
+def _renamed(refs: dict[str, Any], url: str) -> dict[str, Any]:
+    """The set with every reference's URL replaced by ``url`` (a single-file set names one file)."""
+    refs["refs"] = {key: [url, *v[1:]] if isinstance(v, list) else v for key, v in refs["refs"].items()}
+    return refs
+
+
+def make_sets(corpus: list[str], work: Path, n: int, inline: bool = True, long_urls: bool = False) -> list[str]:
     """``n`` kerchunk sets: copy k of corpus file j (time shifted, inline, when ``inline``; else
-    kerchunk's sets with ``inline_threshold=0`` as they are: VirtualiZarr reads no inline data)."""
-    d = work / f"sets{n}{'' if inline else '-noinline'}"
+    kerchunk's sets with ``inline_threshold=0`` as they are: VirtualiZarr reads no inline data).
+    ``long_urls``: the sets name links to the corpus files under ``LONG_DIR`` (URLs of ~130
+    characters, as real archives' absolute paths and ``s3://`` URLs are): the same 30 files, so only
+    the URLs' length differs from the plain sets."""
+    d = work / f"sets{n}{'' if inline else '-noinline'}{'-long' if long_urls else ''}"
     paths = [str(d / f"s{k:05d}.json") for k in range(n)]
     if all(os.path.exists(p) for p in paths):
         return paths
     d.mkdir(parents=True, exist_ok=True)
     singles = kerchunk_singles(corpus, 500 if inline else 0)
     m = len(singles)
+    links = work / LONG_DIR
+    links.mkdir(parents=True, exist_ok=True)
     for k, p in enumerate(paths):
+        refs = _shift_time(singles[k % m], (k // m) * m) if inline else singles[k % m]
+        if long_urls:
+            link = links / os.path.basename(corpus[k % m])
+            if not link.exists():
+                link.symlink_to(os.path.abspath(corpus[k % m]))
+            refs = _renamed(refs, str(link))
         with open(p, "w") as f:
-            json.dump(_shift_time(singles[k % m], (k // m) * m) if inline else singles[k % m], f)
+            json.dump(refs, f)
     return paths
 
 
@@ -344,6 +364,8 @@ def main() -> None:
     ap.add_argument("--sets", type=int, default=1000)
     ap.add_argument("--sides", default="refset,refset-packed,kerchunk,virtualizarr")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--long-urls", action="store_true",
+                    help="sets naming ~130-character paths (links to the corpus files)")
     ap.add_argument("--e2e-files", default="1000,6000")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--e2e-repeat", type=int, default=1, help="rounds of the end-to-end sides (medians compared)")
@@ -363,11 +385,11 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, h5py {h5py.__version__}, kerchunk {kerchunk.__version__}, "
           f"refset {refset.__version__}, {os.cpu_count()} cores")
     parts = a.parts.split(",")
-    paths = make_sets(corpus, work, a.sets) if {"check", "sets"} & set(parts) else []
+    paths = make_sets(corpus, work, a.sets, long_urls=a.long_urls) if {"check", "sets"} & set(parts) else []
     if "check" in parts:
         check(paths[:100])
     if "sets" in parts:
-        plain = make_sets(corpus, work, a.sets, inline=False) if "virtualizarr" in a.sides else []
+        plain = make_sets(corpus, work, a.sets, inline=False, long_urls=a.long_urls) if "virtualizarr" in a.sides else []
         bench_sets(paths, plain, [s for s in a.sides.split(",") if s in SETS], a.repeat, work)
     if "e2e" in parts:
         counts = [int(x) for x in a.e2e_files.split(",")]

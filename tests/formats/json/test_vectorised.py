@@ -569,3 +569,36 @@ def test_documents_of_one_layout_keep_their_own_values():
     renamed["y/.zarray"] = renamed.pop("x/.zarray")  # same key set but x is no array now
     rs = refset.load(renamed)
     assert "x" not in rs.grids and rs["x/0"] == ("file2.nc", 200, 10)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_same_spans_against_python_bytes(seed: int, monkeypatch: pytest.MonkeyPatch):
+    """Each span compared with the one before it, as Python compares the bytes: runs of equal spans
+    (URLs of 1-300 bytes), neighbours of one length that differ in one byte (first, middle, last,
+    a NUL at the end), empty spans, and comparisons cut into blocks (SAME_BLOCK small)."""
+    from refset.formats.json import scan
+
+    rng = np.random.default_rng(seed)
+    if seed % 2:
+        monkeypatch.setattr(scan, "SAME_BLOCK", 64)
+    text = bytearray(rng.integers(0, 4, 200_000, dtype=np.uint8) + 97)  # few letters: many equal spans
+    starts, ends = [], []
+    for _ in range(3000):
+        L = int(rng.choice([0, 1, 7, 8, 9, 16, 91, 130, 300, int(rng.integers(0, 300))]))
+        s0 = int(rng.integers(0, len(text) - L))
+        for _ in range(int(rng.integers(1, 4))):  # a run naming one string, maybe at another place
+            starts.append(s0)
+            ends.append(s0 + L)
+        if L and rng.random() < 0.5:  # a neighbour as long that differs in one byte
+            s1 = int(rng.integers(0, len(text) - L))
+            text[s1 : s1 + L] = text[s0 : s0 + L]
+            at = s1 + int(rng.choice([0, L // 2, L - 1]))
+            text[at] = 0 if rng.random() < 0.3 else text[at] ^ 1
+            starts.append(s1)
+            ends.append(s1 + L)
+    a = np.frombuffer(bytes(text), np.uint8)
+    s, e = np.asarray(starts), np.asarray(ends)
+    want = [False] + [text[s[i] : e[i]] == text[s[i - 1] : e[i - 1]] for i in range(1, s.size)]
+    got = scan.same_spans(a, s, e)
+    assert got.tolist() == want
+    assert 0 < got.sum() < got.size - 1000  # both answers are common

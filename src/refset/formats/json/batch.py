@@ -270,7 +270,7 @@ class _Reader:
         got = []
         chunky = np.flatnonzero(ndim > 0)
         if chunky.size:
-            heads = np.flatnonzero(~same_spans(a, ks[chunky], pend[chunky], doc.W))
+            heads = np.flatnonzero(~same_spans(a, ks[chunky], pend[chunky]))
             pids = []
             for r in chunky[heads].tolist():
                 k0, p = int(ks[r]), int(pend[r])
@@ -323,7 +323,7 @@ class _Reader:
         li = np.flatnonzero(lst)
         if li.size:
             us, ue = vs[m[li]], ve[m[li]]
-            heads = np.flatnonzero(~same_spans(doc.a, us, ue, doc.W))
+            heads = np.flatnonzero(~same_spans(doc.a, us, ue))
             run_ids = self._url_ids([doc.text(int(us[h]), int(ue[h])) for h in heads.tolist()])
             pid[li] = np.repeat(np.asarray(run_ids, np.int64), np.diff(np.append(heads, li.size)))
         starts = np.flatnonzero(np.diff(path, prepend=-1))

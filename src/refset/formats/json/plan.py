@@ -283,7 +283,7 @@ def _classify(
     flat = np.zeros(lists.size, np.int64)
     if chunky.size:
         m = lists[chunky]
-        same = same_spans(a, ks[m], pend[chunky], W)
+        same = same_spans(a, ks[m], pend[chunky])
         bounds = np.append(np.flatnonzero(~same), chunky.size)
         name_id: dict[str, int] = {}
         for s0, s1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):

@@ -114,56 +114,38 @@ def parse_uints(W: np.ndarray, a: np.ndarray, s: np.ndarray, e: np.ndarray) -> n
     return out
 
 
-def same_spans(a: np.ndarray, s: np.ndarray, e: np.ndarray, W: np.ndarray | None = None) -> np.ndarray:
-    """``same[i]``: span i has the same bytes as span i-1 (``same[0]`` False)."""
-    from numpy.lib.stride_tricks import as_strided
+SAME_BLOCK = 1 << 23  # bytes of spans gathered at once by same_spans: its temporaries stay small
 
+
+def same_spans(a: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``same[i]``: span i has the same bytes as span i-1 (``same[0]`` False).
+
+    Only a span as long as the one before it can be the same; those are compared in groups of one
+    length L, each span gathered as one fixed-width ``S{L}`` item and the items compared whole, so
+    a comparison is a single pass however long the spans are (URLs of 100+ characters cost what
+    short ones do; the spans' bytes are read once). Two items of one length that differ only in
+    trailing NULs cannot compare equal: both would need the same number of them."""
     n = e - s
     same = np.zeros(n.size, bool)
-    if n.size < 2:
-        return same
-    if W is not None and e.max() <= W.size:  # (spans in the text's last 7 bytes: gathered below)
-        return _same_words(W, s, n)
-    if n.min() == n.max():
-        groups = [np.arange(n.size)]
-    else:
-        order = np.argsort(n, kind="stable")
-        groups = np.split(order, np.flatnonzero(np.diff(n[order])) + 1)
-    for rows in groups:
-        # spans of one length are gathered once as fixed-width rows; a row equal to the row
-        # before it (which then has the same length) is the same string
-        L = int(n[rows[0]])
-        if rows.size < 2:
-            continue
-        hit = np.zeros(rows.size, bool)
-        if L == 0:
-            hit[1:] = True
-        else:
-            view = as_strided(a, shape=(a.size - L + 1, L), strides=(1, 1))
-            x = view[s[rows]]
-            hit[1:] = (x[1:] == x[:-1]).all(axis=1)
-        hit[1:] &= rows[1:] == rows[:-1] + 1
-        same[rows] = hit
-    return same
-
-
-_FIRST = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], np.uint64)  # first k bytes
-
-
-def _same_words(W: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """:func:`same_spans` eight bytes at a time: a span is compared with the one before it while they
-    agree (every word read lies within the text: the spans end by ``W.size``)."""
-    same = np.zeros(n.size, bool)
     cand = np.flatnonzero(n[1:] == n[:-1]) + 1
-    o = 0
-    while cand.size:
-        left = n[cand] - o
-        done = left <= 0
-        same[cand[done]] = True
-        cand, left = cand[~done], left[~done]
-        mask = _FIRST[np.minimum(left, 8)]
-        cand = cand[(W[s[cand] + o] & mask) == (W[s[cand - 1] + o] & mask)]
-        o += 8
+    if not cand.size:
+        return same
+    lengths = n[cand]
+    if lengths.min() != lengths.max():
+        order = np.argsort(lengths, kind="stable")
+        cand, lengths = cand[order], lengths[order]
+    cuts = np.flatnonzero(np.diff(lengths)) + 1
+    buf = np.ascontiguousarray(a)
+    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), cand.size]):
+        L = int(lengths[lo])
+        if L == 0:
+            same[cand[lo:hi]] = True
+            continue
+        items = np.ndarray((buf.size - L + 1,), dtype=f"S{L}", buffer=buf, strides=(1,))
+        step = max(1, SAME_BLOCK // L)
+        for b in range(lo, hi, step):
+            rows = cand[b : min(b + step, hi)]
+            same[rows] = items[s[rows]] == items[s[rows - 1]]
     return same
 
 
