@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from refset.abc.bytestore import ByteStore
+from refset.errors import InvalidFile
 from refset.io.store import LocalStore
 
 __all__ = ["ScanFile", "HEAD_BYTES"]
@@ -47,6 +48,7 @@ class ScanFile:
         self.nbytes = 0
         self.rounds = 0  # and round trips (requests of a round are sent together)
         self.local = isinstance(store, LocalStore)
+        self.failure: Exception | None = None  # the first read that failed, as the store raised it
         if isinstance(store, LocalStore):  # self.local, spelled so that mypy narrows the store
             self.file: Any = open(store.root, "rb")
             self.size = self.file.seek(0, io.SEEK_END)
@@ -112,7 +114,11 @@ class ScanFile:
             else:
                 merged.append([a, b])
         if merged:
-            got = self.store.read_ranges("", [m[0] for m in merged], [m[1] for m in merged])
+            try:
+                got = self.store.read_ranges("", [m[0] for m in merged], [m[1] for m in merged])
+            except Exception as e:  # kept: a reader (h5py) may turn it into an error of its own
+                self.failure = e
+                raise
             for (a, _b), data in zip(merged, got, strict=True):
                 self._keep(a, data)
             self.requests += len(merged)
@@ -175,7 +181,7 @@ class ScanFile:
 
     def read_ranges(self, offsets: Sequence[int], lengths: Sequence[int]) -> list[bytes]:
         """The bytes at each (offset, length), fetched in one concurrent round where not in hand
-        (neighbouring ones in one request); a short read raises ``OSError``."""
+        (neighbouring ones in one request); bytes past the end raise ``InvalidFile``."""
         if self.local:
             out = []
             for o, n in zip(offsets, lengths, strict=True):
@@ -187,7 +193,8 @@ class ScanFile:
             out = [self.cached(o, n) or b"" for o, n in zip(offsets, lengths, strict=True)]
         for o, n, d in zip(offsets, lengths, out, strict=True):
             if len(d) != n:
-                raise OSError(f"{self.url}: short read at byte {o} ({len(d)} of {n} bytes)")
+                raise InvalidFile(f"{self.url}: {n} bytes at byte {o} lie past the end of the file "
+                                  f"({self.size} bytes): it is truncated or its structures are broken")
         return out
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from refset.abc.bytestore import ByteStore
 from refset.abc.scanner import Scanner
-from refset.errors import Unsupported
+from refset.errors import InvalidFile, RefsetError, Unsupported
 from refset.io.local import is_local, local_path
 from refset.io.magic import ZARR_STORE_FILES, file_reader, starts_like_refs
 from refset.io.scanfile import HEAD_BYTES, ScanFile
@@ -134,6 +134,12 @@ class Scan:
             sf.file.seek(0)
             try:
                 rs = self.scanner(cls)(sf)
+            except RefsetError:
+                raise
+            except Exception as e:  # a library's own (h5py's OSError, KeyError...): named and explained
+                if sf.failure is not None:  # a read failed under it: that is the error
+                    raise sf.failure from None
+                raise InvalidFile(f"{url}: cannot be scanned: {type(e).__name__}: {e}") from e
             finally:
                 self.requests += sf.requests
                 self.nbytes += sf.nbytes
@@ -148,22 +154,42 @@ class Scan:
         An error is raised where its file comes in the order; closing the iterator early cancels
         what has not started."""
         for rs in self._many(urls, storage_options, concurrency, strict=True):
+            assert isinstance(rs, ReferenceSet)  # strict: what no scanner reads raised
+            yield rs
+
+    def many_or_errors(self, urls: Iterable[str | os.PathLike[str]],
+                       storage_options: Mapping[str, Any] | None = None, *, concurrency: int | None = None,
+                       ) -> Iterator[ReferenceSet | RefsetError]:
+        """:meth:`many`, with each file's :class:`~refset.errors.RefsetError` in its place instead of
+        raised (the others go on)."""
+        for rs in self._many(urls, storage_options, concurrency, strict=True, errors=True):
             assert rs is not None  # strict: what no scanner reads raised
             yield rs
 
     def scan_many_if_data(self, urls: Iterable[str | os.PathLike[str]],
                           storage_options: Mapping[str, Any] | None = None, *, concurrency: int | None = None,
-                          ) -> Iterator[ReferenceSet | None]:
-        """:meth:`many` of :meth:`scan_if_data`: None for each file no scanner reads."""
-        return self._many(urls, storage_options, concurrency, strict=False)
+                          errors: bool = False) -> Iterator[ReferenceSet | RefsetError | None]:
+        """:meth:`many` of :meth:`scan_if_data`: None for each file no scanner reads; with ``errors``,
+        a file's :class:`~refset.errors.RefsetError` in its place instead of raised."""
+        return self._many(urls, storage_options, concurrency, strict=False, errors=errors)
 
     def _many(self, urls: Iterable[str | os.PathLike[str]], storage_options: Mapping[str, Any] | None,
-              concurrency: int | None, strict: bool) -> Iterator[ReferenceSet | None]:
+              concurrency: int | None, strict: bool, errors: bool = False,
+              ) -> Iterator[ReferenceSet | RefsetError | None]:
         items = [os.fspath(u) for u in urls]
         n = _concurrency(concurrency, items, storage_options)
+
+        def scan_with(run: Scan, u: str) -> ReferenceSet | RefsetError | None:
+            try:
+                return run._scan(u, storage_options, strict)
+            except RefsetError as e:
+                if errors:
+                    return e
+                raise
+
         if n <= 1:
             for u in items:
-                yield self._scan(u, storage_options, strict)
+                yield scan_with(self, u)
             return
         import threading
         from concurrent.futures import ThreadPoolExecutor
@@ -171,12 +197,12 @@ class Scan:
         local = threading.local()
         runs = self._threads = []
 
-        def one(u: str) -> ReferenceSet | None:
+        def one(u: str) -> ReferenceSet | RefsetError | None:
             run = getattr(local, "run", None)
             if run is None:
                 run = local.run = _remake(self.head_bytes, self.options)
                 runs.append(run)
-            return run._scan(u, storage_options, strict)
+            return scan_with(run, u)
 
         pool = ThreadPoolExecutor(n, thread_name_prefix="refset-scan")
         try:

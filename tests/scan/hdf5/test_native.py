@@ -656,3 +656,66 @@ def test_amplifying_b_trees_are_declined_without_reading_them_out(tmp_path: Path
     p = _amplified(tmp_path, kind)
     with open(p, "rb") as f, pytest.raises(NotNative, match="read more than twice over"):
         HDF5Scanner(inline_threshold=0).walk_native(f, str(p), DropList(()))
+
+
+def _btree_nodes(data: bytes, node_type: int) -> list[tuple[int, int]]:
+    """(address, level) of every version 1 B-tree node of ``node_type`` in a file (no user block)."""
+    out, at = [], data.find(b"TREE")
+    while at >= 0:
+        if data[at + 4] == node_type:
+            out.append((at, data[at + 5]))
+        at = data.find(b"TREE", at + 1)
+    return out
+
+
+@pytest.mark.parametrize("how", ["cycle", "past the end", "bad signature"])
+def test_broken_structures_are_refused_not_handed_to_libhdf5(tmp_path: Path, how: str) -> None:
+    """A chunk B-tree whose child points back at its root (libhdf5 crashed on such a file when the
+    scan handed it over), at an address past the end of the file, or at bytes that are no node:
+    ``InvalidFile`` naming the file and what is broken, and h5py is never imported (in a fresh
+    process)."""
+    import subprocess
+    import sys
+
+    h5py = pytest.importorskip("h5py")
+    q = tmp_path / "broken.h5"
+    with h5py.File(q, "w", libver="earliest") as f:
+        f.create_dataset("x", data=np.arange(20_000, dtype="i4"), chunks=(10,))  # 2000 chunks: 2 levels
+    data = bytearray(q.read_bytes())
+    root = next(a for a, level in _btree_nodes(bytes(data), 1) if level == 1)
+    child0 = root + 24 + 24  # node header, then the first key (chunk size, filter mask, 2 offsets)
+    target = {"cycle": root, "past the end": len(data) + 4096, "bad signature": 0}[how]
+    data[child0:child0 + 8] = target.to_bytes(8, "little")
+    q.write_bytes(bytes(data))
+    code = (
+        "import sys, refset\n"
+        "from refset.errors import InvalidFile\n"
+        f"try:\n    refset.scan({str(q)!r})\n"
+        "except InvalidFile as e:\n    print(str(e)); print('h5py' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    message, imported = out.stdout.strip().splitlines()
+    assert message.startswith(f"{q}: not a valid HDF5 file: "), message
+    assert {"cycle": "B-tree cycle", "past the end": "past the end", "bad signature": "chunk B-tree node"}[how] \
+        in message
+    assert imported == "False"
+
+
+def test_library_errors_of_the_h5py_path_are_invalid_file_naming_it(tmp_path: Path) -> None:
+    """What the native reader declines goes to h5py; what libhdf5 then raises (here: its own error
+    on a superblock version it does not know either) is ``InvalidFile`` naming the file, the
+    library's error kept as the cause."""
+    from refset.errors import InvalidFile
+
+    h5py = pytest.importorskip("h5py")
+    q = tmp_path / "odd.h5"
+    with h5py.File(q, "w", libver="earliest") as f:
+        f["x"] = np.arange(4)
+    data = bytearray(q.read_bytes())
+    data[8] = 9  # superblock version 9: neither reader knows it
+    q.write_bytes(bytes(data))
+    with pytest.raises(InvalidFile) as e:
+        refset.scan(q)
+    assert str(e.value).startswith(f"{q}: cannot be scanned: ")
+    assert e.value.__cause__ is not None and not isinstance(e.value.__cause__, InvalidFile)

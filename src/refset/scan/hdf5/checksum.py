@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from refset.scan.hdf5.base import need
+from refset.scan.hdf5.base import intact
 
 __all__ = ["checksum", "lookup3", "check"]
 
@@ -86,4 +86,4 @@ def checksum(data: bytes) -> int:
 
 def check(buf: bytes, what: str) -> None:
     """The last 4 bytes of ``buf`` are the lookup3 checksum of the rest."""
-    need(len(buf) >= 4 and checksum(buf[:-4]) == int.from_bytes(buf[-4:], "little"), f"{what}: bad checksum")
+    intact(len(buf) >= 4 and checksum(buf[:-4]) == int.from_bytes(buf[-4:], "little"), f"{what}: bad checksum")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from refset.scan.hdf5.base import UNDEF, need
+from refset.scan.hdf5.base import UNDEF, intact, need
 from refset.scan.hdf5.checksum import check
 from refset.scan.hdf5.meta import H5File
 
@@ -50,7 +50,7 @@ def read_index(h5: H5File, index: tuple[Any, ...], chunk_bytes: int, maxgrid: tu
     if kind == "implicit":
         need(not filtered and None not in maxgrid, "implicit chunk index")
         n = math.prod(g for g in maxgrid if g is not None)
-        need(addr + n * chunk_bytes <= h5.size, "implicit chunks past the end of the file")  # before allocating
+        intact(addr + n * chunk_bytes <= h5.size, "implicit chunks past the end of the file")  # before allocating
         flat = np.arange(n, dtype=np.int64)
         return _checked(h5, flat, np.zeros(n, np.int64), addr + flat * chunk_bytes, np.full(n, chunk_bytes, np.int64))
     if kind == "farray":
@@ -70,7 +70,7 @@ def _checked(h5: H5File, flat: np.ndarray, mask: np.ndarray, addr: np.ndarray, s
     """Defined entries only (an unallocated chunk's address is undefined), within the file."""
     keep = addr != np.int64(-1)  # UNDEF read as int64
     flat, mask, addr, size = flat[keep], mask[keep], addr[keep], size[keep]
-    need(bool(((addr >= 0) & (size > 0) & (h5.base + addr + size <= h5.size)).all()), "chunk past the end of the file")
+    intact(bool(((addr >= 0) & (size > 0) & (h5.base + addr + size <= h5.size)).all()), "chunk past the end of the file")
     return flat, mask, addr + h5.base, size
 
 
@@ -92,7 +92,7 @@ def _entries(raw: bytes, n: int, entry: int, filtered: bool, chunk_bytes: int) -
 
 def _fixed_array(h5: H5File, addr: int, nchunks: int, chunk_bytes: int, filtered: bool) -> _Columns:
     h = h5.read(addr, 28)
-    need(h[:4] == b"FAHD" and h[4] == 0, "fixed array header")
+    intact(h[:4] == b"FAHD" and h[4] == 0, "fixed array header")
     check(h, "fixed array header")
     client, entry, page_bits = h[5], h[6], h[7]
     nelmts, dblk = struct.unpack_from("<QQ", h, 8)
@@ -127,8 +127,8 @@ def _fixed_array(h5: H5File, addr: int, nchunks: int, chunk_bytes: int, filtered
 
 
 def _block_prefix(raw: bytes, sig: bytes, client: int, header: int, what: str) -> None:
-    need(raw[:4] == sig and raw[4] == 0 and raw[5] == client
-         and struct.unpack_from("<Q", raw, 6)[0] == header, what)
+    intact(raw[:4] == sig and raw[4] == 0 and raw[5] == client
+           and struct.unpack_from("<Q", raw, 6)[0] == header, what)
 
 
 def _extensible_array(h5: H5File, addr: int, chunk_bytes: int, filtered: bool) -> _Columns:
@@ -136,7 +136,7 @@ def _extensible_array(h5: H5File, addr: int, chunk_bytes: int, filtered: bool) -
     of the first data blocks and of the super blocks, whose data blocks hold the rest, each data
     block past 2**page_bits entries in pages (unwritten pages not initialised)."""
     h = h5.read(addr, 72)
-    need(h[:4] == b"EAHD" and h[4] == 0, "extensible array header")
+    intact(h[:4] == b"EAHD" and h[4] == 0, "extensible array header")
     check(h, "extensible array header")
     client, entry, max_bits, idx_elmts, dblk_min, sblk_min, page_bits = h[5:12]
     _nsblks, _sblk_size, _ndblks, _dblk_size, max_set, _nelmts, iblock = struct.unpack_from("<7Q", h, 12)

@@ -9,7 +9,7 @@ import struct
 
 import numpy as np
 
-from refset.scan.hdf5.base import UNDEF, need
+from refset.scan.hdf5.base import UNDEF, intact, need
 from refset.scan.hdf5.checksum import check, checksum
 from refset.scan.hdf5.meta import H5File
 
@@ -41,7 +41,7 @@ def dense_messages(h5: H5File, heap_addr: int, btree_addr: int, record_type: int
 def btree2_records(h5: H5File, addr: int, record_type: int) -> list[bytes]:
     """The records of a version 2 B-tree of depth 0 or 1 (deeper trees are not native)."""
     h = h5.read(addr, 38)
-    need(h[:4] == b"BTHD" and h[4] == 0 and h[5] == record_type, "v2 B-tree header")
+    intact(h[:4] == b"BTHD" and h[4] == 0 and h[5] == record_type, "v2 B-tree header")
     check(h, "v2 B-tree header")
     node_size, rsize, depth = struct.unpack_from("<IHH", h, 6)
     root, root_n, _total = struct.unpack_from("<QHQ", h, 16)
@@ -53,7 +53,7 @@ def btree2_records(h5: H5File, addr: int, record_type: int) -> list[bytes]:
 
     def node(at: int, n: int, sig: bytes, tail: int) -> bytes:
         data = h5.read(at, 6 + n * rsize + tail + 4)
-        need(data[:4] == sig and data[4] == 0 and data[5] == record_type, "v2 B-tree node")
+        intact(data[:4] == sig and data[4] == 0 and data[5] == record_type, "v2 B-tree node")
         check(data, "v2 B-tree node")
         return data
 
@@ -80,7 +80,7 @@ class FractalHeap:
 
     def __init__(self, h5: H5File, addr: int) -> None:
         h = h5.read(addr, 146)
-        need(h[:4] == b"FRHP" and h[4] == 0, "fractal heap header")
+        intact(h[:4] == b"FRHP" and h[4] == 0, "fractal heap header")
         check(h, "fractal heap header")
         self.h5 = h5
         self.id_len, filters, flags, max_man = struct.unpack_from("<HHBI", h, 5)
@@ -105,7 +105,7 @@ class FractalHeap:
         need(rows <= dblock_rows, "nested fractal heap indirect blocks")
         head = 5 + 8 + self.off_size
         ib = h5.read(root, head + 8 * rows * width + 4)
-        need(ib[:4] == b"FHIB" and ib[4] == 0, "fractal heap indirect block")
+        intact(ib[:4] == b"FHIB" and ib[4] == 0, "fractal heap indirect block")
         check(ib, "fractal heap indirect block")
         addrs = np.frombuffer(ib, "<u8", rows * width, head).reshape(rows, width)
         for r, c in zip(*np.nonzero(addrs != UNDEF)):
@@ -132,11 +132,11 @@ class FractalHeap:
         data = self._data.get(addr)
         if data is None:
             data = self.h5.read(addr, size)
-            need(data[:4] == b"FHDB" and data[4] == 0, "fractal heap direct block")
+            intact(data[:4] == b"FHDB" and data[4] == 0, "fractal heap direct block")
             need(int.from_bytes(data[13:13 + self.off_size], "little") == base, "direct block offset")
             if self.checksummed:
                 p = 13 + self.off_size
                 blank = data[:p] + b"\0\0\0\0" + data[p + 4:]
-                need(checksum(blank) == int.from_bytes(data[p:p + 4], "little"), "direct block: bad checksum")
+                intact(checksum(blank) == int.from_bytes(data[p:p + 4], "little"), "direct block: bad checksum")
             self._data[addr] = data
         return data

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from refset.scan.hdf5.base import UNDEF, NotNative, need
+from refset.scan.hdf5.base import UNDEF, NotNative, intact, need
 from refset.scan.hdf5.checksum import check
 
 __all__ = ["H5File", "Header", "read_header"]
@@ -75,9 +75,9 @@ class H5File:
 
     # -- bytes ------------------------------------------------------------------------------------
     def _raw(self, pos: int, n: int) -> bytes:
-        need(0 <= pos and n >= 0 and pos + n <= self.size, "read past the end of the file")
+        intact(0 <= pos and n >= 0 and pos + n <= self.size, "read past the end of the file")
         self._budget -= n
-        need(self._budget >= 0, "metadata read more than twice over")
+        intact(self._budget >= 0, "metadata read more than twice over")
         self.f.seek(pos)
         data: bytes = self.f.read(n)
         need(len(data) == n, "short read")
@@ -99,7 +99,7 @@ class H5File:
         data = self._heaps.get(addr)
         if data is None:
             h = self.read(addr, 32)
-            need(h[:4] == b"HEAP" and h[4] == 0, "local heap")
+            intact(h[:4] == b"HEAP" and h[4] == 0, "local heap")
             size, _free, daddr = struct.unpack_from("<3Q", h, 8)
             need(size < 2**31, "local heap size")
             data = self._heaps[addr] = self.read(daddr, size)
@@ -109,7 +109,7 @@ class H5File:
         col = self._gcols.get(addr)
         if col is None:
             h = self.read(addr, 16)
-            need(h[:4] == b"GCOL" and h[4] == 1, "global heap collection")
+            intact(h[:4] == b"GCOL" and h[4] == 1, "global heap collection")
             size = struct.unpack_from("<Q", h, 8)[0]
             need(16 <= size < 2**31, "global heap size")
             data = self.read(addr, size)
@@ -140,12 +140,13 @@ class H5File:
         todo: list[tuple[int, int | None]] = [(addr, None)]
         while todo:
             node, level_above = todo.pop()
-            need(node not in seen and len(seen) < _MAX_NODES, "B-tree cycle")
+            intact(node not in seen, "B-tree cycle")
+            need(len(seen) < _MAX_NODES, "B-tree of too many nodes")
             seen.add(node)
             h = self.read(node, 24)
-            need(h[:4] == b"TREE" and h[4] == node_type, f"{what} B-tree node")
+            intact(h[:4] == b"TREE" and h[4] == node_type, f"{what} B-tree node")
             level, n = h[5], struct.unpack_from("<H", h, 6)[0]
-            need(level_above is None or level == level_above - 1, "B-tree levels")
+            intact(level_above is None or level == level_above - 1, "B-tree levels")
             body = self.read(node + 24, entry.itemsize * n)
             if level:
                 todo.extend((int(c), level) for c in np.frombuffer(body, entry, n)["child"][::-1])
@@ -220,7 +221,7 @@ class H5File:
         for n, body in self._v1_btree_leaves(btree, 0, 8):
             for c in np.frombuffer(body, "<u8", 2 * n)[1::2].tolist():
                 s = self.read(c, 8)
-                need(s[:4] == b"SNOD" and s[4] == 1, "symbol table node")
+                intact(s[:4] == b"SNOD" and s[4] == 1, "symbol table node")
                 count = struct.unpack_from("<H", s, 6)[0]
                 ents = self.read(c + 8, 40 * count)
                 for i in range(count):
@@ -302,7 +303,8 @@ class Header:
         seen: set[int] = set()
         while blocks:
             start, size = blocks.pop(0)
-            need(start not in seen and len(seen) < 10_000, "header continuation cycle")
+            intact(start not in seen, "header continuation cycle")
+            need(len(seen) < 10_000, "header of too many continuations")
             seen.add(start)
             bi, data = self._block(h5, start, size)
             p = 0
@@ -341,10 +343,11 @@ class Header:
                 self._add(mtype, mflags, order, body, more, bi, p + mhead)
                 p += mhead + msize
                 for cont, n in more:
-                    need(cont not in seen and len(seen) < 10_000, "header continuation cycle")
+                    intact(cont not in seen, "header continuation cycle")
+                    need(len(seen) < 10_000, "header of too many continuations")
                     seen.add(cont)
                     ci, block = self._block(h5, cont, n, checked=True)
-                    need(block[:4] == b"OCHK", "continuation block signature")
+                    intact(block[:4] == b"OCHK", "continuation block signature")
                     check(block, "continuation block")
                     blocks.append((ci, block, 4, n - 4))
 

@@ -11,7 +11,7 @@ from typing import Any, cast
 import numpy as np
 
 from refset.scan.hdf5 import messages as message
-from refset.scan.hdf5.base import UNDEF, NotNative, need
+from refset.scan.hdf5.base import UNDEF, NotNative, intact, need
 from refset.scan.hdf5.chunkindex import index_start, read_index
 from refset.scan.hdf5.dense import dense_messages
 from refset.scan.hdf5.meta import H5File
@@ -224,7 +224,7 @@ class NativeNode:
             need(not self.filters, "filters on contiguous data")
             if addr != UNDEF:
                 nbytes = math.prod(self.shape) * item
-                need(size == nbytes and self.h5.base + addr + size <= self.h5.size, "contiguous extent")
+                intact(size == nbytes and self.h5.base + addr + size <= self.h5.size, "contiguous extent")
                 self.offset = self.h5.base + addr
         else:
             self._index, chunks, elsize = info

@@ -14,11 +14,11 @@ import warnings
 from typing import Any, ClassVar
 
 from refset.abc.scanner import Scanner
-from refset.errors import Unsupported
+from refset.errors import InvalidFile, ReferenceNotReachable, Unsupported
 from refset.io.magic import HDF5_MAGIC, hdf5_superblock
 from refset.io.scanfile import ScanFile
 from refset.model.refset import ReferenceSet
-from refset.scan.hdf5.base import NotNative
+from refset.scan.hdf5.base import Broken, NotNative
 from refset.scan.hdf5.walk import MAX_INLINE, Walker
 from refset.scan.writer import INLINE_THRESHOLD, DropList, SetWriter, common_options
 
@@ -73,6 +73,10 @@ class HDF5Scanner(Scanner):
         if self.native:
             try:
                 return self.walk_native(f, url, drop)
+            except Broken as e:  # never handed to libhdf5, which fails on it or crashes
+                raise InvalidFile(f"{url}: not a valid HDF5 file: {e}") from None
+            except ReferenceNotReachable:
+                raise
             except Exception as e:  # NotNative, or anything else: h5py's answer (set or error) is the one given
                 self.fallbacks += 1
                 self.last_fallback = f"{type(e).__name__}: {e}"
