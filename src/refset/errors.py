@@ -19,6 +19,7 @@ __all__ = [
     "InvalidFile",
     "ReferenceNotReachable",
     "ShortRead",
+    "located",
 ]
 
 
@@ -113,3 +114,24 @@ class Problem(str):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), self.parts)
+
+
+def located(err: RefsetError, where: str) -> RefsetError:
+    """``err`` as an error of the same type whose text starts with ``where`` (``"combine: input 3
+    ('f3.json')"``), unless it already names it (what ``where`` quotes, or its whole text);
+    ``err`` itself when its type cannot be remade so (its text is then left as it is)."""
+    text = str(err)
+    quoted = where.partition("(")[2].rstrip(")").strip("'\"")
+    if where in text or (quoted and quoted in text):
+        return err
+    if isinstance(err, InvalidReferences):
+        out: RefsetError = type(err)([f"{where}: {p}" for p in err.problems])
+    elif isinstance(err, ReferenceNotReachable):
+        return err  # it names its URL
+    else:
+        try:
+            out = type(err)(f"{where}: {text}")
+        except TypeError:
+            return err
+    out.__cause__ = err.__cause__
+    return out

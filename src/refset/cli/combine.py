@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +67,10 @@ def _client(a: argparse.Namespace, n_inputs: int) -> Client | None:
     either, an embedded cluster of a worker per core from ``CLUSTER_INPUTS`` inputs."""
     from refset.combine.cluster import CLUSTER_INPUTS, local_client
 
+    if a.on_error == "skip":
+        if a.scheduler or a.workers:
+            raise UsageError("--on-error skip works in this process: give neither --scheduler nor --workers")
+        return None
     if a.scheduler:
         from distributed import Client
 
@@ -117,7 +122,7 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
                                 coo_map=coo_map, coo_dtypes=coo_dtypes,
                                 storage_options=so, remote_options=ro, scan=run,
                                 client=client, progress=bar.counting_bytes(run.read_so_far),
-                                concurrency=a.concurrency)
+                                concurrency=a.concurrency, on_error=a.on_error)
     except InvalidReferences as e:
         raise InvalidReferences([_cli_words(p) for p in e.problems]) from None
     except Unsupported as e:
@@ -127,9 +132,28 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
         if client is not None:
             client.close()  # and the embedded cluster with it
     _save(rs, a.output, a, options, so)
+    skipped = _skipped(rs)
     if not a.quiet:
-        _summary(a.output, len(inputs), rs, t0, _costs(run))
+        extra = ", ".join(x for x in (_costs(run), f"{len(skipped)} skipped" if skipped else "") if x)
+        _summary(a.output, len(inputs), rs, t0, extra)
+        for s in skipped:
+            sys.stderr.write(f"skipped input {s['index']}: {s['error']}\n")
     return EXIT_OK
+
+
+def _skipped(rs: Any) -> list[dict[str, Any]]:
+    """The inputs ``--on-error skip`` left out, as the set's root attribute lists them."""
+    import json
+
+    from refset.combine import SKIPPED_ATTR
+
+    try:
+        ref = rs[".zattrs"]
+    except KeyError:
+        return []
+    attrs = json.loads(ref) if isinstance(ref, bytes | str) else {}
+    got = attrs.get(SKIPPED_ATTR) if isinstance(attrs, dict) else None
+    return got if isinstance(got, list) else []
 
 
 def cmd_combine(a: argparse.Namespace) -> int:

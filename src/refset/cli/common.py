@@ -164,6 +164,7 @@ def _refuse_existing(a: argparse.Namespace, dests: Sequence[str], made: str | No
             parent = os.path.dirname(dest.removeprefix("file://").rstrip("/")) or "."
             if not os.path.isdir(parent):
                 raise UsageError(f"output directory {parent} does not exist")
+            _writable(parent)
     if a.overwrite:
         return
     for dest in dests:
@@ -173,6 +174,18 @@ def _refuse_existing(a: argparse.Namespace, dests: Sequence[str], made: str | No
         if os.path.lexists(path):
             what = "directory" if os.path.isdir(path) else "file"
             raise UsageError(f"output {dest} exists ({what}); give --overwrite to replace it")
+
+
+def _writable(directory: str) -> None:
+    """A :class:`UsageError` now, before any work, when no file can be made in ``directory`` (read
+    only, not ours, a full disk): what writing the output at the end would find."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".refset-probe-"):
+            pass
+    except OSError as e:
+        raise UsageError(f"output directory {directory} is not writable: {e.strerror or e}") from None
 
 
 def _scan_options(a: argparse.Namespace) -> dict[str, Any]:

@@ -236,6 +236,10 @@ def _combine_options(s: argparse.ArgumentParser, required: bool) -> None:
     s.add_argument("--concurrency", type=lambda t: _positive(t, 1), metavar="N",
                    help="remote files read at once, in this process and in each cluster task (default "
                         "64; local files are scanned one after another)")
+    s.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                   help="an input that cannot be opened or scanned: stop with its error (raise, the "
+                        "default), or leave it out (skip: listed in the summary and in the set's root "
+                        "attribute refset_skipped_inputs; works in this process, not with a cluster)")
     s.add_argument("--quiet", action="store_true", help="no progress bar, summary or 'wrote' lines")
 
 

@@ -23,6 +23,7 @@ from refset.cli.common import (
     _writer_options,
 )
 from refset.cli.progress import Bar, wanted
+from refset.errors import RefsetError
 
 
 def _scan_output(src: str, out: str, many: bool, fmt: str | None) -> str:
@@ -65,10 +66,18 @@ def cmd_scan(a: argparse.Namespace) -> int:
     from refset.scan import Scan
 
     run = Scan(**_scan_options(a))  # one run: files of one product share parsed headers
+    skipped: list[RefsetError] = []
     with Bar(len(a.files), "scanning", many and wanted(a.quiet)) as bar, _unused_drops(a, len(a.files), where):
-        scanned = run.many(a.files, so, concurrency=a.concurrency)  # remote files many at once
+        scanned = run.many_or_errors(a.files, so, concurrency=a.concurrency)  # remote files many at once
         tick = bar.counting_bytes(run.read_so_far)
-        for src, dest, rs in zip(a.files, dests, scanned, strict=True):
+        for src, dest, got in zip(a.files, dests, scanned, strict=True):
+            if isinstance(got, RefsetError):
+                if a.on_error != "skip":
+                    raise got
+                skipped.append(got)
+                tick(1)
+                continue
+            rs = got
             _save(rs, dest, a, options, so)
             n = sum(rs.table(p).count() for p in rs.grids)
             arrays, refs = arrays + len(rs.grids), refs + n
@@ -77,10 +86,13 @@ def cmd_scan(a: argparse.Namespace) -> int:
             tick(1)
     if not a.quiet and many:
         size = sum(_size_on_disk(d) or 0 for d in dests)
-        costs = _costs(run)
+        extra = "".join(f", {x}" for x in (_costs(run), f"{len(skipped)} skipped" if skipped else "") if x)
         sys.stderr.write(f"scanned {len(a.files):,} inputs into {a.output}: {arrays} arrays, {refs:,} "
-                         f"references, {size:,} bytes{', ' + costs if costs else ''} in "
-                         f"{time.perf_counter() - t0:.1f} s\n")
-    elif not a.quiet:
+                         f"references, {size:,} bytes{extra} in {time.perf_counter() - t0:.1f} s\n")
+        for err in skipped:
+            sys.stderr.write(f"skipped: {err}\n")
+    elif not a.quiet and not skipped:
         _summary(dests[0], 1, rs, t0, _costs(run))
+    if skipped and not many:
+        raise skipped[0]  # the only input: nothing was written
     return EXIT_OK

@@ -7,19 +7,25 @@ columns (no per-chunk Python): its position along each concat dim comes from its
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from refset.combine.coords import coordinates
-from refset.combine.inputs import absolute, expand_lists, open_input, open_inputs, warn_unused
+from refset.combine.inputs import Skipped, absolute, expand_lists, open_input, open_inputs, warn_unused
 from refset.combine.placement import Combiner
-from refset.errors import InvalidReferences, OptionRef, Problem
+from refset.errors import InvalidReferences, OptionRef, Problem, RefsetError, Unsupported
 from refset.formats.json.batch import NotBatch, read_documents
 from refset.model.refset import ReferenceSet
 from refset.model.stack import SetStack
+from refset.model.transforms import with_root_attrs
 from refset.scan import Scan
 
-__all__ = ["combine", "expand_lists", "open_input"]
+__all__ = ["combine", "expand_lists", "open_input", "SKIPPED_ATTR", "SkippedInputsWarning"]
+
+
+class SkippedInputsWarning(UserWarning):
+    """Inputs left out by ``combine(..., on_error="skip")``; the message lists them with their errors."""
 
 Selector = Any  # list of values | re.Pattern | "INDEX" | "attr:N" | "vattr:V:N" | "data:V" | "cf:V" | callable
 
@@ -42,6 +48,7 @@ def combine(
     progress: Callable[[int], Any] | None = None,
     concurrency: int | None = None,
     scan: Scan | None = None,
+    on_error: str = "raise",
 ) -> ReferenceSet:
     """One set from ``inputs`` (sets, dicts, reference files in any format, or NetCDF/HDF5 files,
     which are scanned) concatenated along ``concat_dims``, in the order of their coordinates.
@@ -63,10 +70,20 @@ def combine(
     (:class:`refset.scan.Scan`) that scans the data files here, instead of one made from
     ``scan_options`` (it counts the files, requests and bytes of the scans; each cluster task
     makes a run of its own with the same options, whose counts are added to it).
+    ``on_error``: ``"raise"`` (an input that cannot be opened or scanned raises its error, naming
+    it) or ``"skip"`` (it is left out, with a warning; the combined set lists each one, index, name
+    and error, in the root attribute ``refset_skipped_inputs``). Not with ``client``.
     """
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
         raise InvalidReferences("combine: concat_dims is empty")
+    if on_error not in ("raise", "skip"):
+        raise InvalidReferences(Problem("combine: ", OptionRef("on_error", "on_error"),
+                                        f" must be 'raise' or 'skip', got {on_error!r}"))
+    if on_error == "skip" and client is not None:
+        raise Unsupported(Problem("combine: ", OptionRef("on_error", "on_error"),
+                                  "='skip' is not supported with a client: combine in this process"))
+    skipped: list[Skipped] | None = [] if on_error == "skip" else None
     given = list(inputs)
     so = dict(storage_options or {})
     ro = so if remote_options is None else dict(remote_options)
@@ -76,7 +93,7 @@ def combine(
     if given and preprocess is None and client is None:
         try:  # local JSON reference files, read together (lists of sets are not taken)
             batch = read_documents(given, so)
-        except NotBatch:
+        except (NotBatch, RefsetError):  # a bad input: opened one by one below, which names it
             pass
         else:
             if progress is not None:
@@ -97,14 +114,46 @@ def combine(
         _check_identical(identical_dims, list(out.grids))
         return postprocess(out) if postprocess is not None else out
     run = scan or Scan(**sc)  # one run for the data files: files of one product share parsed headers
-    opened, unused = open_inputs(items, storage_options=so, scan=run, concurrency=concurrency, progress=progress)
+    opened, unused = open_inputs(items, storage_options=so, scan=run, concurrency=concurrency, progress=progress,
+                                 skipped=skipped)
     warn_unused(unused)
+    if skipped:
+        _warn_skipped(skipped, len(items))
+        if not opened:
+            raise InvalidReferences(f"combine: every input failed; the first: {skipped[0].error}")
+        coo_map = _without(coo_map, {s.index for s in skipped}, len(items))
     sets = [rs for rs, _ in opened]
     names = [n for _, n in opened]
     if preprocess is not None:
         sets = [preprocess(rs) for rs in sets]
-    return _combine(SetStack.from_sets(sets, names), dims, identical_dims, coo_map, coo_dtypes, postprocess,
-                    check, ro)
+    out = _combine(SetStack.from_sets(sets, names), dims, identical_dims, coo_map, coo_dtypes, None, check, ro)
+    if skipped:
+        out = with_root_attrs(out, {SKIPPED_ATTR: [dataclasses.asdict(s) for s in skipped]})
+    return postprocess(out) if postprocess is not None else out
+
+
+#: The root attribute listing the inputs ``on_error="skip"`` left out (index, name, error).
+SKIPPED_ATTR = "refset_skipped_inputs"
+
+
+def _warn_skipped(skipped: Sequence[Skipped], n: int) -> None:
+    import warnings
+
+    lines = "".join(f"\n  {s.error}" for s in skipped[:20]) + (
+        f"\n  ... and {len(skipped) - 20} more" if len(skipped) > 20 else "")
+    warnings.warn(f"combine: {len(skipped)} of {n} inputs skipped (on_error='skip'):{lines}",
+                  SkippedInputsWarning, stacklevel=3)
+
+
+def _without(coo_map: Mapping[str, Selector] | None, gone: set[int], n: int) -> Mapping[str, Selector] | None:
+    """``coo_map`` with the values of skipped inputs taken out of its per-input lists."""
+    if not coo_map:
+        return coo_map
+    out = dict(coo_map)
+    for dim, sel in coo_map.items():
+        if isinstance(sel, list | tuple) and len(sel) == n:
+            out[dim] = [v for i, v in enumerate(sel) if i not in gone]
+    return out
 
 
 def _combine(inputs: SetStack, dims: list[str], identical_dims: Sequence[str],

@@ -84,7 +84,7 @@ def coordinates(
         per = [p.astype(str) if p.dtype.kind == "O" and all(isinstance(x, str) for x in p) else p for p in per]
         values = np.unique(np.concatenate(per))
         if len(dims) == 1 and values.size != sum(p.size for p in per):
-            _duplicate(per, names, dim)  # with several dims, inputs share values: see the placement check
+            _duplicate(per, names, dim, attrs)  # with several dims, inputs share values: see the placement check
         out.append(Coordinate(dim, values, per, attrs, new, decoded))
     return out
 
@@ -126,15 +126,27 @@ def _has_dim(metadata: Mapping[str, Any], dim: str) -> bool:
     return any(dim in (m.dimension_names or ()) for m in metadata.values())
 
 
-def _duplicate(per: list[np.ndarray], names: Sequence[str], dim: str) -> None:
+def _duplicate(per: list[np.ndarray], names: Sequence[str], dim: str, attrs: Mapping[str, Any]) -> None:
     seen: dict[Any, int] = {}
     for i, p in enumerate(per):
         for v in p.tolist():
             if v in seen:
                 where = (f"inputs {names[seen[v]]!r} and {names[i]!r} both have"
                          if seen[v] != i else f"input {names[i]!r} has twice")
-                raise InvalidReferences(f"concat dim {dim!r}: {where} the value {v!r}")
+                raise InvalidReferences(f"concat dim {dim!r}: {where} the value {v!r}{_as_date(v, attrs)}")
             seen[v] = i
+
+
+def _as_date(v: Any, attrs: Mapping[str, Any]) -> str:
+    """`` (2000-01-03 00:00:00)``: a CF time value as the date it stands for; "" when it is none."""
+    if not is_cf_time(attrs) or not isinstance(v, int | float):
+        return ""
+    import cftime
+
+    try:
+        return f" ({cftime.num2date(v, attrs['units'], calendar(attrs))})"
+    except (ValueError, OverflowError, TypeError):
+        return ""
 
 
 def _coo(dim: str) -> OptionRef:
@@ -259,9 +271,15 @@ def reencode(raw: Sequence[np.ndarray], attrs: Sequence[Mapping[str, Any]], firs
             out.append(np.asarray(r, np.float64).reshape(-1))
             continue
         # dates of the other calendar of the pair are real dates after 1582: decoded as such
-        dates = cftime.num2date(r, u, c, only_use_cftime_datetimes=c == cal0,
-                                only_use_python_datetimes=c != cal0)
-        out.append(np.asarray(cftime.date2num(dates, units0, cal0)).reshape(-1))
+        try:
+            dates = cftime.num2date(r, u, c, only_use_cftime_datetimes=c == cal0,
+                                    only_use_python_datetimes=c != cal0)
+            out.append(np.asarray(cftime.date2num(dates, units0, cal0)).reshape(-1))
+        except (ValueError, OverflowError, TypeError) as e:
+            name = names[len(out)]
+            raise InvalidReferences(f"concat dim {dim!r}: input {name!r}: the times of {var!r} (units {u!r}, "
+                                    f"calendar {c!r}) cannot be read as dates in the first input's units "
+                                    f"{units0!r}: {e}") from None
     dtype = raw[0].dtype
     if dtype.kind in "iu" and all(np.array_equal(o, np.round(o)) for o in out):
         return [o.astype(dtype) for o in out]

@@ -9,11 +9,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from refset.errors import InvalidReferences
+from refset.errors import InvalidReferences, RefsetError, located
 from refset.model.refset import ReferenceSet
 from refset.scan import Scan, UnusedDropWarning
 
-__all__ = ["ListItem", "absolute", "expand_lists", "open_input", "open_inputs", "warn_unused"]
+__all__ = ["ListItem", "Skipped", "absolute", "expand_lists", "input_name", "open_input", "open_inputs",
+           "warn_unused"]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An input left out by ``on_error="skip"``: its index among the inputs, its name, the error."""
+
+    index: int
+    name: str
+    error: str
 
 
 def absolute(x: Any) -> Any:
@@ -128,15 +138,21 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
     return load(url, storage_options=storage_options), url
 
 
+def input_name(x: Any, index: int) -> str:
+    """How errors name input ``index``: its path or URL, else its position."""
+    return os.fspath(x) if isinstance(x, str | os.PathLike) else x.name if isinstance(x, ListItem) else f"input {index}"
+
+
 def open_inputs(items: Sequence[Any], start: int = 0, *, storage_options: Mapping[str, Any] | None = None,
                 scan: Scan | None = None, concurrency: int | None = None,
-                progress: Callable[[int], Any] | None = None,
+                progress: Callable[[int], Any] | None = None, skipped: list[Skipped] | None = None,
                 ) -> tuple[list[tuple[ReferenceSet, str]], list[set[str]]]:
     """Every input opened as :func:`open_input` opens it (``start``: the first one's index), remote data
     files scanned ``concurrency`` at a time (default :data:`refset.scan.CONCURRENCY`), and for each
     input the names to drop that it lacked (their warnings are kept back: the caller warns once).
     ``progress(1)`` is called as each input has been opened (remote data files as their scans end,
-    then the others in order)."""
+    then the others in order). An input that fails raises its error, which names it (index and
+    name); with a list ``skipped``, the input is left out and its (index, name, error) appended."""
     from refset.io.local import is_local
 
     run = scan or Scan()
@@ -145,22 +161,43 @@ def open_inputs(items: Sequence[Any], start: int = 0, *, storage_options: Mappin
               if isinstance(x, str | os.PathLike) and not is_local(os.fspath(x), so)]
     opened: list[tuple[ReferenceSet, str] | None] = [None] * len(items)
     unused: list[set[str]] = [set() for _ in items]
+    failed: set[int] = set()
+
+    def fail(i: int, e: RefsetError | FileNotFoundError) -> None:
+        name = input_name(items[i], start + i)
+        err = located(e, f"combine: input {start + i} ({name!r})") if isinstance(e, RefsetError) else e
+        if skipped is None:
+            if err is e:
+                raise e
+            raise err from e
+        skipped.append(Skipped(start + i, name, str(err) if isinstance(err, RefsetError) else
+                               f"{name}: no such file ({type(err).__name__})"))
+        failed.add(i)
+        if progress is not None:
+            progress(1)
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnusedDropWarning)
         if len(remote) > 1:
             urls = [os.fspath(items[i]) for i in remote]
-            for i, url, rs in zip(remote, urls, run.scan_many_if_data(urls, so, concurrency=concurrency),
-                                  strict=True):
-                if rs is not None:
+            for i, url, rs in zip(remote, urls, run.scan_many_if_data(urls, so, concurrency=concurrency,
+                                                                     errors=True), strict=True):
+                if isinstance(rs, RefsetError):
+                    fail(i, rs)
+                elif rs is not None:
                     opened[i] = (rs, url)
                     if progress is not None:  # as each arrives, while the others are read
                         progress(1)
         threaded = len(caught)  # their warnings name their files: matched below
         for i, x in enumerate(items):
-            if opened[i] is not None:
+            if opened[i] is not None or i in failed:
                 continue  # scanned above, and counted
             mark = len(caught)
-            opened[i] = open_input(x, start + i, storage_options=so, scan=run)
+            try:
+                opened[i] = open_input(x, start + i, storage_options=so, scan=run)
+            except (RefsetError, FileNotFoundError) as e:
+                fail(i, e)
+                continue
             unused[i] = {n for w in caught[mark:] if isinstance(w.message, UnusedDropWarning)
                          for n in w.message.names}
             if progress is not None:

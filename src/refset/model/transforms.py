@@ -9,7 +9,7 @@ import numpy as np
 from refset.model.refset import ReferenceSet
 from refset.model.table import union_urls
 
-__all__ = ["rename_urls", "with_zarr_format"]
+__all__ = ["rename_urls", "with_root_attrs", "with_zarr_format"]
 
 
 def rename_urls(rs: ReferenceSet, prefixes: Mapping[str, str]) -> ReferenceSet:
@@ -81,3 +81,39 @@ def with_zarr_format(rs: ReferenceSet, zarr_format: int) -> ReferenceSet:
             if attrs:
                 metadata[pre + ".zattrs"] = attrs
     return ReferenceSet.from_arrays(metadata, arrays, rs.urls, other=rest, validate=False, info=rs.format_info())
+
+
+def with_root_attrs(rs: ReferenceSet, attrs: Mapping[str, object]) -> ReferenceSet:
+    """``rs`` with ``attrs`` added to its root group's attributes (``.zattrs``, or the attributes of
+    a zarr v3 ``zarr.json``), replacing those of the same names."""
+    import json
+
+    from refset.errors import InvalidReferences, Unsupported
+
+    rs = rs.loaded()
+    other = rs.other
+    v3 = other.find("zarr.json") >= 0
+    name = "zarr.json" if v3 else ".zattrs"
+    i = other.find(name)
+    doc: dict[str, object] = {}
+    if i >= 0:
+        data = other.data[i]
+        if data is None:
+            raise Unsupported(f"{name!r}: root attributes stored in a file cannot be changed")
+        try:
+            doc = json.loads(data)
+        except ValueError as e:
+            raise InvalidReferences(f"{name!r}: not JSON ({e})") from None
+        if not isinstance(doc, dict):
+            raise InvalidReferences(f"{name!r}: not a JSON object")
+    if v3:
+        old = doc.get("attributes")
+        doc = {**doc, "attributes": {**(old if isinstance(old, dict) else {}), **attrs}}
+    else:
+        doc = {**doc, **attrs}
+    metadata: dict[str, object] = {name: doc}
+    if not v3 and other.find(".zgroup") < 0:
+        metadata[".zgroup"] = {"zarr_format": 2}
+    rest = other.without_rows(np.asarray([i], np.int64))
+    return ReferenceSet.from_arrays(metadata, dict(rs.arrays), rs.urls, other=rest, validate=False,
+                                    info=rs.format_info())
