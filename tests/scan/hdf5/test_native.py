@@ -704,8 +704,8 @@ def test_broken_structures_are_refused_not_handed_to_libhdf5(tmp_path: Path, how
 
 def test_library_errors_of_the_h5py_path_are_invalid_file_naming_it(tmp_path: Path) -> None:
     """What the native reader declines goes to h5py; what libhdf5 then raises (here: its own error
-    on a superblock version it does not know either) is ``InvalidFile`` naming the file, the
-    library's error kept as the cause."""
+    on a superblock version it does not know either) is ``InvalidFile`` naming the file and the
+    library's error, from the child process and in this one (where it is kept as the cause)."""
     from refset.errors import InvalidFile
 
     h5py = pytest.importorskip("h5py")
@@ -717,5 +717,37 @@ def test_library_errors_of_the_h5py_path_are_invalid_file_naming_it(tmp_path: Pa
     q.write_bytes(bytes(data))
     with pytest.raises(InvalidFile) as e:
         refset.scan(q)
-    assert str(e.value).startswith(f"{q}: cannot be scanned: ")
-    assert e.value.__cause__ is not None and not isinstance(e.value.__cause__, InvalidFile)
+    assert str(e.value).startswith(f"{q}: cannot be scanned: OSError: ") and "superblock" in str(e.value)
+    with pytest.raises(InvalidFile) as e:
+        refset.scan(q, h5py_timeout=None)
+    assert str(e.value).startswith(f"{q}: cannot be scanned: OSError: ")
+    assert isinstance(e.value.__cause__, OSError)
+
+
+def test_the_h5py_walk_runs_in_a_child_under_a_deadline(tmp_path: Path) -> None:
+    """Files the native reader declines are walked by h5py in a child process: a file on which
+    libhdf5 crashes (a chunk B-tree whose child is its root, read with ``native=False``: SIGSEGV in
+    libhdf5) and a walk over its deadline (``h5py_timeout``) end in ``InvalidFile`` naming the file,
+    and this process goes on scanning (a new child) with the same answers as h5py in process."""
+    from refset.errors import InvalidFile
+
+    h5py = pytest.importorskip("h5py")
+    q = tmp_path / "cycle.h5"
+    with h5py.File(q, "w", libver="earliest") as f:
+        f.create_dataset("x", data=np.arange(20_000, dtype="i4"), chunks=(10,))
+    good = tmp_path / "good.h5"
+    good.write_bytes(q.read_bytes())
+    data = bytearray(q.read_bytes())
+    root = next(a for a, level in _btree_nodes(bytes(data), 1) if level == 1)
+    data[root + 48:root + 56] = root.to_bytes(8, "little")
+    q.write_bytes(bytes(data))
+    with pytest.raises(InvalidFile, match=r"libhdf5 crashed reading it \(signal SIGSEGV\)") as e:
+        refset.scan(q, native=False)
+    assert str(e.value).startswith(f"{q}: ")
+    want = refset.scan(good, native=False, h5py_timeout=None).to_dict()  # h5py in this process
+    assert refset.scan(good, native=False).to_dict() == want
+    with pytest.raises(InvalidFile, match=r"did not finish reading it within 0.001 s \(h5py_timeout\)"):
+        refset.scan(good, native=False, h5py_timeout=0.001)  # a new child takes longer to start
+    assert refset.scan(good, native=False).to_dict() == want
+    with pytest.raises(ValueError, match="h5py_timeout"):
+        refset.scan(good, h5py_timeout=0)

@@ -10,6 +10,7 @@ filters have none, compact datasets and variable-length strings are read and sto
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, ClassVar
 
@@ -19,6 +20,7 @@ from refset.io.magic import HDF5_MAGIC, hdf5_superblock
 from refset.io.scanfile import ScanFile
 from refset.model.refset import ReferenceSet
 from refset.scan.hdf5.base import Broken, NotNative
+from refset.scan.hdf5.isolated import H5PY_TIMEOUT
 from refset.scan.hdf5.walk import MAX_INLINE, Walker
 from refset.scan.writer import INLINE_THRESHOLD, DropList, SetWriter, common_options
 
@@ -30,22 +32,27 @@ class HDF5Scanner(Scanner):
 
     Options: ``group`` (scan only this group; it becomes the root), ``max_inline`` (bytes of data
     read and stored for one variable whose chunks no codec decodes exactly), ``native`` (False: read
-    every file through h5py). An instance keeps the object headers it parsed, so that the next file
+    every file through h5py), ``h5py_timeout`` (seconds the h5py walk of a local file may take, in a
+    child process: a file libhdf5 hangs or crashes on is refused; None: in this process, no limit;
+    remote files are walked in this process, their reads under the byte layer's timeouts). An instance keeps the object headers it parsed, so that the next file
     of a product repeating them byte for byte (but for data addresses) reuses the parse;
     ``fallbacks`` counts the files the native reader declined, ``last_fallback`` says why.
     """
 
     name: ClassVar[str] = "hdf5"
-    options: ClassVar[frozenset[str]] = frozenset({"group", "max_inline", "native"})
+    options: ClassVar[frozenset[str]] = frozenset({"group", "max_inline", "native", "h5py_timeout"})
 
     def __init__(self, *, inline_threshold: int = INLINE_THRESHOLD, drop_variables: Any = (),
                  subchunk: int | None = None, group: str | None = None, max_inline: int = MAX_INLINE,
-                 native: bool = True) -> None:
+                 native: bool = True, h5py_timeout: float | None = H5PY_TIMEOUT) -> None:
         self.inline_threshold, self.drop, self.subchunk = common_options(inline_threshold, drop_variables,
                                                                          subchunk)
-        self.group, self.max_inline, self.native = group, max_inline, native
+        if h5py_timeout is not None and (isinstance(h5py_timeout, bool) or not isinstance(h5py_timeout, int | float)
+                                         or not h5py_timeout > 0):
+            raise ValueError(f"h5py_timeout: must be a positive number of seconds or None, got {h5py_timeout!r}")
+        self.group, self.max_inline, self.native, self.h5py_timeout = group, max_inline, native, h5py_timeout
         self.config = {"inline_threshold": inline_threshold, "drop_variables": self.drop, "subchunk": subchunk,
-                       "group": group, "max_inline": max_inline, "native": native}
+                       "group": group, "max_inline": max_inline, "native": native, "h5py_timeout": h5py_timeout}
         self.templates: dict[Any, Any] = {}  # parsed object headers (meta.read_header): this run's memo
         self.fallbacks = 0
         self.last_fallback = ""
@@ -81,6 +88,13 @@ class HDF5Scanner(Scanner):
                 self.fallbacks += 1
                 self.last_fallback = f"{type(e).__name__}: {e}"
                 f.seek(0)
+        path = getattr(f, "name", None)
+        if self.h5py_timeout is not None and isinstance(path, str) and os.path.isfile(path):
+            from refset.scan.hdf5.isolated import walk_in_child
+
+            writer, found = walk_in_child(path, url, self.config, self.h5py_timeout)
+            drop.found |= found
+            return writer  # type: ignore[no-any-return]
         import h5py  # not imported while the native reader suffices (~30 ms in each Dask worker)
 
         from refset.scan.hdf5.h5py_node import H5Node

@@ -1,0 +1,159 @@
+"""The h5py walk of a local file in a child process, under a deadline.
+
+libhdf5 can loop forever on a crafted file (an attribute read that never returns) or crash the process
+(a corrupt structure the native reader did not see). So the walk of a file the native reader declines
+runs in a long-lived child process (``python -m refset.scan.hdf5.isolated``, started on first use, one
+per process): the caller waits at most ``timeout`` seconds; a child that runs over is killed and the
+file refused with :class:`~refset.errors.InvalidFile`, as is one that dies (a signal), and the next
+file starts a new child. The caller's process stays usable either way. The child sends back the
+:class:`~refset.scan.writer.SetWriter` of the walk (columns and metadata, no file handle) and the
+names to drop it found; the caller builds the set (reading small chunks itself, without libhdf5).
+
+A child, not a fork: a fork of a process with threads (fsspec's event loop, Dask's) may deadlock, and
+Dask's worker processes, being daemons, may not start ``multiprocessing`` children. The messages are
+pickles with an 8-byte length on the child's stdin and stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Any
+
+from refset.errors import InvalidFile, RefsetError
+
+__all__ = ["H5PY_TIMEOUT", "walk_in_child"]
+
+#: Seconds the h5py walk of one file may take before the file is refused (``Scan(h5py_timeout=)``).
+H5PY_TIMEOUT = 60.0
+
+_lock = threading.Lock()
+_child: subprocess.Popen[bytes] | None = None
+
+
+def walk_in_child(path: str, url: str, options: dict[str, Any], timeout: float) -> tuple[Any, set[str]]:
+    """(SetWriter, drop names found) of the h5py walk of the local file ``path``, named ``url``,
+    with the scanner's ``options``; ``InvalidFile`` naming ``url`` when libhdf5 runs over
+    ``timeout`` seconds or dies."""
+    global _child
+    with _lock:
+        child = _child if _child is not None and _child.poll() is None else _start()
+        _child = child
+        try:
+            _send(child.stdin, (path, url, options))
+            reply = _receive(child, timeout)
+        except _Gone as e:
+            _child = None
+            _stop(child)
+            raise InvalidFile(f"{url}: {e}") from None
+    status, *rest = reply
+    if status == "error":
+        err = rest[0]
+        raise err if isinstance(err, RefsetError) else InvalidFile(f"{url}: {err}")
+    writer, found, warned = rest
+    import warnings
+
+    for category, text in warned:
+        warnings.warn(text, category, stacklevel=4)
+    return writer, found
+
+
+class _Gone(Exception):
+    """The child ran over its time or died: why, in words."""
+
+
+def _start() -> subprocess.Popen[bytes]:
+    import refset
+
+    src = os.path.dirname(os.path.dirname(os.path.abspath(refset.__file__)))  # refset importable as here
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.Popen([sys.executable, "-m", "refset.scan.hdf5.isolated"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env, start_new_session=True)
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    try:
+        child.kill()
+    except OSError:
+        pass
+    child.wait()
+
+
+def _send(out: IO[bytes] | None, obj: Any) -> None:
+    assert out is not None
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        out.write(struct.pack("<Q", len(data)) + data)
+        out.flush()
+    except (BrokenPipeError, OSError):
+        raise _Gone("the h5py reader's process is gone") from None
+
+
+def _receive(child: subprocess.Popen[bytes], timeout: float) -> Any:
+    """The child's next message, waiting at most ``timeout`` seconds for all of it."""
+    assert child.stdout is not None
+    fd = child.stdout.fileno()
+    end = time.monotonic() + timeout
+    buf = b""
+    need = 8
+    size = None
+    while len(buf) < need:
+        left = end - time.monotonic()
+        ready, _, _ = select.select([fd], [], [], max(left, 0))
+        if not ready:
+            raise _Gone(f"libhdf5 did not finish reading it within {timeout:g} s (h5py_timeout): the file "
+                        "is refused")
+        part = os.read(fd, max(need - len(buf), 1 << 16))
+        if not part:
+            code = child.wait()
+            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+            raise _Gone(f"libhdf5 crashed reading it ({how}): the file is refused")
+        buf += part
+        if size is None and len(buf) >= 8:
+            size = struct.unpack("<Q", buf[:8])[0]
+            need = 8 + size
+    return pickle.loads(buf[8:need])
+
+
+def _serve() -> None:
+    """The child: walk each file asked for, until stdin closes."""
+    import warnings
+
+    from refset.scan.hdf5.scanner import HDF5Scanner
+    from refset.scan.writer import DropList
+
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing else may write into the replies
+    while True:
+        head = inp.read(8)
+        if len(head) < 8:
+            return
+        path, url, options = pickle.loads(inp.read(struct.unpack("<Q", head)[0]))
+        try:
+            scanner = HDF5Scanner(**{**options, "native": False, "h5py_timeout": None})
+            drop = DropList(options.get("drop_variables", ()))
+            with warnings.catch_warnings(record=True) as caught, open(path, "rb") as f:
+                warnings.simplefilter("always")
+                writer = scanner.walk(f, url, drop)
+            reply: tuple[Any, ...] = ("ok", writer, drop.found, [(w.category, str(w.message)) for w in caught])
+        except RefsetError as e:
+            reply = ("error", e)
+        except Exception as e:  # libhdf5's own errors: named by the caller
+            reply = ("error", f"cannot be scanned: {type(e).__name__}: {e}")
+        try:
+            data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:
+            data = pickle.dumps(("error", f"cannot be scanned: {type(e).__name__}: {e}"))
+        out.write(struct.pack("<Q", len(data)) + data)
+        out.flush()
+
+
+if __name__ == "__main__":
+    _serve()
