@@ -144,11 +144,16 @@ def split_rows(shape: tuple[int, ...], itemsize: int, limit: int | None) -> int:
         return 1
     if limit is None or shape[0] <= 1:
         return shape[0] or 1
-    row = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
+    row = math.prod(shape[1:]) * itemsize
     if row * shape[0] <= limit:
         return shape[0]
+    if math.isqrt(shape[0]) > 1 << 22:  # too many divisors to try: the largest power of two that fits
+        best = shape[0] & -shape[0]
+        while best > 1 and best * row > limit:
+            best //= 2
+        return best
     best = 1
-    for k in range(1, int(shape[0] ** 0.5) + 1):
+    for k in range(1, math.isqrt(shape[0]) + 1):
         if shape[0] % k == 0:
             for d in (k, shape[0] // k):
                 if d * row <= limit and d > best:
@@ -172,8 +177,9 @@ class SetWriter:
         self.metadata: dict[str, Any] = {".zgroup": _ZGROUP}  # group documents
         self.arrays_meta: dict[str, ArrayMetadata] = {}
         # per array: grid, kind, offset, length (flat, zero where not a range), inline flats and bytes
+        # (a dense grid's columns; sparse: the flat indices of the chunks present, last)
         self.arrays: dict[str, tuple[ChunkGrid, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray],
-                                     list[bytes]]] = {}
+                                     list[bytes], np.ndarray | None]] = {}
         self._small: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
 
     def group(self, path: str, attrs: Mapping[str, Any]) -> None:
@@ -233,8 +239,13 @@ class SetWriter:
     def _columns(self, path: str, grid: ChunkGrid, offset: np.ndarray | None, length: np.ndarray | None,
                  inline: Mapping[int, bytes] | None) -> None:
         n = grid.nchunks
-        if offset is None or length is None:
-            off = ln = np.zeros(n, np.int64)
+        if offset is None or length is None:  # nothing in the file: only inline chunks, kept sparse
+            got = dict(inline or {})
+            flat = np.sort(np.fromiter(got, np.int64, len(got)))
+            z = np.zeros(flat.size, np.int64)
+            self.arrays[path] = (grid, np.full(flat.size, INLINE, np.uint8), z, z, [flat] if flat.size else [],
+                                 [got[f] for f in flat.tolist()], flat)
+            return
         else:
             off = np.asarray(offset, np.int64).reshape(-1)
             ln = np.asarray(length, np.int64).reshape(-1)
@@ -255,7 +266,7 @@ class SetWriter:
         if not located.all():
             off = np.where(located, off, 0)
             ln = np.where(located, ln, 0)
-        self.arrays[path] = (grid, kind, off, ln, inl_flat, inl_data)
+        self.arrays[path] = (grid, kind, off, ln, inl_flat, inl_data, None)
 
     def build(self, read_ranges: Callable[[list[int], list[int]], list[bytes]]) -> ReferenceSet:
         """Read the small chunks (``read_ranges(offsets, lengths)``, one batch) and build the set."""
@@ -270,11 +281,14 @@ class SetWriter:
                 entry[5].extend(data[at:at + flat.size])
                 at += flat.size
         tables = {}
-        for path, (grid, kind, off, ln, inl_flat, inl_data) in self.arrays.items():
+        for path, (grid, kind, off, ln, inl_flat, inl_data, present) in self.arrays.items():
             inline = (InlineBytes.from_values(np.concatenate(inl_flat), inl_data) if inl_flat
                       else InlineBytes.empty())
             count = int(np.count_nonzero(kind))
-            if sparse_grid(grid.nchunks, count):
+            if present is not None:  # sparse already: the flat indices of the chunks present
+                tables[path] = ChunkTable.from_entries(grid, present, kind, np.zeros(present.size, np.uint16), off,
+                                                       ln, inline)
+            elif sparse_grid(grid.nchunks, count):
                 f = np.flatnonzero(kind)
                 tables[path] = ChunkTable.from_entries(grid, f, kind[f], np.zeros(f.size, np.uint16), off[f],
                                                        ln[f], inline)

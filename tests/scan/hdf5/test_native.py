@@ -751,3 +751,29 @@ def test_the_h5py_walk_runs_in_a_child_under_a_deadline(tmp_path: Path) -> None:
     assert refset.scan(good, native=False).to_dict() == want
     with pytest.raises(ValueError, match="h5py_timeout"):
         refset.scan(good, h5py_timeout=0)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_huge_never_written_dataset_is_counted_not_allocated(tmp_path: Path, native: bool) -> None:
+    """A contiguous dataset claiming 2**62 one-byte elements that was never written (as h5py
+    leaves it): the scan ends at once under a 2 GiB memory cap (it looped for 2**31 divisors and
+    allocated its chunk grid), the array has its shape and no references, and reads as its fill."""
+    import subprocess
+    import sys
+
+    h5py = pytest.importorskip("h5py")
+    q = tmp_path / "huge.h5"
+    with h5py.File(q, "w") as f:
+        f.create_dataset("x", shape=(2**62,), dtype="i1", fillvalue=7)
+    code = (
+        "import resource, json, sys, warnings, refset\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))\n"
+        "warnings.simplefilter('ignore')\n"
+        f"rs = refset.scan({str(q)!r}, native={native}, subchunk=2**20)\n"
+        "z = json.loads(rs['x/.zarray'])\n"
+        "print(json.dumps([z['shape'], rs.table('x').count(), int(refset.open_dataset(rs, decode_cf=False).x[-3:].values.sum())]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    shape, count, tail = json.loads(out.stdout)
+    assert shape == [2**62] and count == 0 and tail == 21

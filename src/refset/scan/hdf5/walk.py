@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 import posixpath
 import warnings
 from typing import Any
@@ -19,6 +20,7 @@ __all__ = ["Walker", "MAX_INLINE"]
 #: Bytes of data read through h5py and stored in the set for one variable (compact layout,
 #: variable-length strings, filters no codec decodes exactly, chunks with a filter skipped).
 MAX_INLINE = 64 * 2**20
+_FILL_CHUNKS = 65536  # unwritten chunks stored as fill chunks at most (more: zarr's fill_value, warned)
 
 # Attributes that describe HDF5/netCDF-4 structure, not the data (netCDF4-python hides them too).
 _HIDDEN = frozenset({
@@ -159,12 +161,16 @@ class Walker:
         offset = ds.offset
         nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         if offset is None or nbytes == 0:  # never written: every value is the fill value
-            rows = split_rows(shape, dt.itemsize, 4 * 2**20)
+            # rows of up to 4 MiB (a last chunk may be partial: there are no bytes to divide)
+            row = math.prod(shape[1:]) * dt.itemsize
+            rows = min(shape[0], max(1, (4 * 2**20) // max(row, 1))) if shape else 1
             chunks = (rows, *shape[1:]) if shape else ()
             chunks = tuple(max(c, 1) for c in chunks)
             grid = tuple(-(-s // c) for s, c in zip(shape, chunks))
             filters = [{"id": "zlib", "level": 1}]
-            inline = self.fill_chunks(ds, path, fill, np.arange(int(np.prod(grid))), chunks, dt, filters)
+            count = math.prod(grid)  # claimed by the file, not held by it: counted, not allocated
+            flats = np.arange(count) if count <= _FILL_CHUNKS else np.arange(_FILL_CHUNKS + 1)
+            inline = self.fill_chunks(ds, path, fill, flats, chunks, dt, filters, count)
             self.out.array(path, shape=shape, chunks=chunks, dtype=dt,
                            fill_value=fill if inline else _fill_or_default(fill, ds),
                            filters=filters, attrs=attrs, dims=dims, inline=inline, memo=memo)
@@ -207,17 +213,21 @@ class Walker:
                        attrs=attrs, dims=dims, offset=offset, length=length, inline=inline, memo=memo)
 
     def fill_chunks(self, ds: Any, path: str, fill: Any, flats: np.ndarray, chunks: tuple[int, ...],
-                    dt: np.dtype, filters: list[dict[str, Any]]) -> dict[int, bytes]:
+                    dt: np.dtype, filters: list[dict[str, Any]], count: int | None = None) -> dict[int, bytes]:
         """Unwritten chunks of a variable without ``_FillValue``, as stored chunks of the HDF5 fill
         value: a zarr ``fill_value`` would make xarray mask values netCDF does not. Empty when the
         variable has ``_FillValue`` (zarr's fill value is then the mask) or the chunks would take
         more than ``max_inline`` bytes (then the fill value is used, with a warning)."""
         if fill is not None or ds.dtype.kind == "O" or not flats.size:
             return {}
-        block = np.full(chunks, ds.fillvalue, dt)
-        data = encode_chunk(block, filters)
-        if len(data) * flats.size > self.max_inline or flats.size > 65536:
-            warnings.warn(f"{path}: {flats.size} unwritten chunks are left to zarr's fill_value, which "
+        count = flats.size if count is None else count
+        if count > _FILL_CHUNKS:
+            data = b""
+        else:
+            block = np.full(chunks, ds.fillvalue, dt)
+            data = encode_chunk(block, filters)
+        if count > _FILL_CHUNKS or len(data) * count > self.max_inline:
+            warnings.warn(f"{path}: {count} unwritten chunks are left to zarr's fill_value, which "
                           "xarray uses as a mask (the variable has no _FillValue)", stacklevel=4)
             return {}
         return dict.fromkeys(flats.tolist(), data)
