@@ -221,12 +221,10 @@ class Walker:
         if fill is not None or ds.dtype.kind == "O" or not flats.size:
             return {}
         count = flats.size if count is None else count
-        if count > _FILL_CHUNKS:
-            data = b""
-        else:
-            block = np.full(chunks, ds.fillvalue, dt)
-            data = encode_chunk(block, filters)
-        if count > _FILL_CHUNKS or len(data) * count > self.max_inline:
+        # the chunk is made only when the claimed count and size could be stored
+        fits = count <= _FILL_CHUNKS and math.prod(chunks) * dt.itemsize <= self.max_inline
+        data = encode_chunk(np.full(chunks, ds.fillvalue, dt), filters) if fits else b""
+        if not fits or len(data) * count > self.max_inline:
             warnings.warn(f"{path}: {count} unwritten chunks are left to zarr's fill_value, which "
                           "xarray uses as a mask (the variable has no _FillValue)", stacklevel=4)
             return {}
