@@ -20,6 +20,7 @@ __all__ = [
     "ReferenceNotReachable",
     "ShortRead",
     "located",
+    "error_name",
 ]
 
 
@@ -135,3 +136,9 @@ def located(err: RefsetError, where: str) -> RefsetError:
             return err
     out.__cause__ = err.__cause__
     return out
+
+
+def error_name(e: BaseException) -> str:
+    """The name of ``e``'s type as its module spells it (``zlib.error``; builtins plain: ``ValueError``)."""
+    t = type(e)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from zarr.core.sync import sync
 
+from refset.errors import InvalidFile, error_name
 from refset.parallel import parallel_map
 
 __all__ = ["selected_chunks", "fast_ok", "fast_read"]
@@ -107,10 +108,15 @@ def fast_read(arr: Any, key: tuple[Any, ...], store: Any) -> Any:
             if raw is None:
                 box[dst] = fill
                 return
-            x: Any = compressor.decode(raw) if compressor is not None else raw
-            for f in reversed(filters):
-                x = f.decode(x)
-            a = ensure_ndarray_like(x).view(dtype).reshape(chunks, order=order)
+            try:
+                x: Any = compressor.decode(raw) if compressor is not None else raw
+                for f in reversed(filters):
+                    x = f.decode(x)
+                a = ensure_ndarray_like(x).view(dtype).reshape(chunks, order=order)
+            except Exception as e:  # the codec's own error (zlib.error, RuntimeError...): named
+                key = f"{arr.path}/{'.'.join(str(int(i)) for i in idx)}"
+                raise InvalidFile(f"chunk {key!r}: its bytes do not decode with the array's codecs "
+                                  f"({error_name(e)}: {e}): the file it references is corrupt") from e
             box[dst] = a[tuple(slice(0, d.stop - d.start) for d in dst)]
 
         def place_many(js: range) -> None:

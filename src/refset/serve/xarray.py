@@ -11,11 +11,14 @@ clusters: every object in the graph pickles.
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from xarray.backends import BackendArray, BackendEntrypoint
+
+from refset.errors import InvalidFile, RefsetError, error_name
 
 if TYPE_CHECKING:
     from xarray.backends import ZarrStore as XarrayZarrStore
@@ -188,6 +191,11 @@ class RefsetArray(BackendArray):
         keys = sync(store.prefetch(arr.path, flat)) if flat is not None and hasattr(store, "prefetch") else []
         try:
             return arr.oindex[key] if any(isinstance(k, np.ndarray) for k in key) else arr[key]
+        except (zlib.error, RuntimeError, ValueError) as e:  # a codec's own error, from zarr's pipeline
+            if isinstance(e, RefsetError):
+                raise
+            raise InvalidFile(f"array {arr.path!r}: a chunk's bytes do not decode with the array's codecs "
+                              f"({error_name(e)}: {e}): the file it references is corrupt") from e
         finally:
             if keys:
                 store.release(keys)

@@ -746,8 +746,12 @@ def test_the_h5py_walk_runs_in_a_child_under_a_deadline(tmp_path: Path) -> None:
     assert str(e.value).startswith(f"{q}: ")
     want = refset.scan(good, native=False, h5py_timeout=None).to_dict()  # h5py in this process
     assert refset.scan(good, native=False).to_dict() == want
-    with pytest.raises(InvalidFile, match=r"did not finish reading it within 0.001 s \(h5py_timeout\)"):
-        refset.scan(good, native=False, h5py_timeout=0.001)  # a new child takes longer to start
+    many = tmp_path / "many.h5"
+    with h5py.File(many, "w", libver="earliest") as f:  # ~1 s of h5py: 20 times the deadline
+        for i in range(3000):
+            f.create_dataset(f"v{i}", data=np.arange(3), chunks=(3,))
+    with pytest.raises(InvalidFile, match=r"did not finish reading it within 0.05 s \(h5py_timeout\)"):
+        refset.scan(many, native=False, h5py_timeout=0.05)
     assert refset.scan(good, native=False).to_dict() == want
     with pytest.raises(ValueError, match="h5py_timeout"):
         refset.scan(good, h5py_timeout=0)

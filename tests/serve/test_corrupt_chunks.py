@@ -1,0 +1,56 @@
+"""A chunk whose bytes no longer decode (the data file changed or is corrupt after its scan) is an
+``InvalidFile`` error naming the array (and, on the direct path, the chunk), never the codec's own
+``zlib.error``; h5py fails on the same file too. And an error a scanner raises about a variable names
+the file as well (issue 30)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import refset
+from refset.errors import InvalidFile, Unsupported
+
+netCDF4 = pytest.importorskip("netCDF4")
+xr = pytest.importorskip("xarray")
+
+
+def test_a_chunk_that_does_not_decode_is_named(tmp_path: Path):
+    p = tmp_path / "z.nc"
+    with netCDF4.Dataset(p, "w") as ds:
+        ds.createDimension("y", 40)
+        ds.createDimension("x", 50)
+        v = ds.createVariable("v", "f8", ("y", "x"), zlib=True, chunksizes=(20, 25))
+        v[:] = np.random.default_rng(0).normal(size=(40, 50))
+    rs = refset.scan(p)
+    _, offset, length = rs["v/1.0"]
+    data = bytearray(p.read_bytes())
+    for k in range(offset + 8, offset + length - 8, 7):  # the stream's body, not its header
+        data[k] ^= 0x55
+    p.write_bytes(bytes(data))
+    ds = xr.open_dataset(rs, engine="refset")
+    with pytest.raises(InvalidFile, match=r"(chunk 'v/1\.0'|array 'v'): .*do not decode .*\(zlib\.error: "):
+        ds.v.load()
+    with pytest.raises(InvalidFile, match=r"array 'v': a chunk's bytes do not decode .*\(zlib\.error: "):
+        ds.v.isel(y=[0, 30], x=[1, 2]).load()  # zarr's pipeline (an orthogonal selection)
+    np.testing.assert_array_equal(ds.v.isel(y=slice(0, 20)).values.shape, (20, 50))  # the rest reads
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(p, "r") as f, pytest.raises(OSError):
+        f["v"].read_direct(np.empty((20, 25)), np.s_[20:, :25])
+
+
+def test_a_variable_refused_by_the_scanner_names_the_file(tmp_path: Path):
+    h5py = pytest.importorskip("h5py")
+    p = tmp_path / "virtual.h5"
+    src = tmp_path / "src.h5"
+    with h5py.File(src, "w") as f:
+        f["a"] = np.arange(4)
+    layout = h5py.VirtualLayout(shape=(4,), dtype="i8")
+    layout[:] = h5py.VirtualSource(str(src), "a", shape=(4,))
+    with h5py.File(p, "w") as f:
+        f.create_virtual_dataset("v", layout)
+    with pytest.raises(Unsupported) as e:
+        refset.scan(p)
+    assert str(e.value).startswith(f"{p}: ") and "virtual dataset" in str(e.value)
