@@ -781,3 +781,27 @@ def test_a_huge_never_written_dataset_is_counted_not_allocated(tmp_path: Path, n
     assert out.returncode == 0, out.stderr[-2000:]
     shape, count, tail = json.loads(out.stdout)
     assert shape == [2**62] and count == 0 and tail == 21
+
+
+@pytest.mark.parametrize("how", ["twice", "off the grid"])
+def test_chunk_keys_libhdf5_would_not_find_are_refused(tmp_path: Path, how: str) -> None:
+    """A chunk key repeated in the B-tree, or not on the chunk grid: libhdf5 lists the chunk but its
+    reads, which look keys up, do not place it there (h5py's values differ from the listing), so
+    the file is refused, not scanned by the listing (found by the scan fuzz probe, seeds 482/594)."""
+    from refset.errors import InvalidFile
+
+    h5py = pytest.importorskip("h5py")
+    q = tmp_path / "keys.h5"
+    with h5py.File(q, "w", libver="earliest") as f:
+        f.create_dataset("x", data=np.arange(80, dtype="i4"), chunks=(10,))
+    data = bytearray(q.read_bytes())
+    leaf = next(a for a, level in _btree_nodes(bytes(data), 1) if level == 0)
+    key1 = leaf + 24 + (24 + 8)  # the second key: after the first key and its child address
+    data[key1 + 8:key1 + 16] = (0 if how == "twice" else 13).to_bytes(8, "little")
+    q.write_bytes(bytes(data))
+    if how == "twice":
+        with h5py.File(q, "r") as f:  # libhdf5 lists chunk 0 twice; its read finds only one of them
+            listed = [f["x"].id.get_chunk_info(i).chunk_offset for i in range(f["x"].id.get_num_chunks())]
+            assert listed[:2] == [(0,), (0,)] and (f["x"][10:20] != np.arange(10, 20)).any()
+    with pytest.raises(InvalidFile, match={"twice": "chunk listed twice", "off the grid": "chunk position"}[how]):
+        refset.scan(q)

@@ -242,7 +242,7 @@ class H5File:
         parts = [np.frombuffer(body, rec, n) for n, body in self._v1_btree_leaves(addr, 1, rec.itemsize - 8)]
         recs = np.concatenate(parts) if parts else np.zeros(0, rec)
         pos = recs["pos"][:, :rank].astype(np.int64)
-        need(bool((recs["pos"][:, rank] == 0).all()), "chunk key")
+        intact(bool((recs["pos"][:, rank] == 0).all()), "chunk key")  # libhdf5's lookups miss such chunks
         off = recs["addr"].astype(np.int64)
         size = recs["size"].astype(np.int64)
         need(bool(((recs["addr"] < self.size) & (off + size + self.base <= self.size)).all()),
