@@ -805,3 +805,53 @@ def test_chunk_keys_libhdf5_would_not_find_are_refused(tmp_path: Path, how: str)
             assert listed[:2] == [(0,), (0,)] and (f["x"][10:20] != np.arange(10, 20)).any()
     with pytest.raises(InvalidFile, match={"twice": "chunk listed twice", "off the grid": "chunk position"}[how]):
         refset.scan(q)
+
+
+def test_the_h5py_child_dies_with_its_process(tmp_path: Path) -> None:
+    """The h5py child lives as long as its process, also when the first scan ran on a pool thread
+    that has ended since (Linux kills a child whose parent-death signal is set when the thread that
+    started it ends), and a process killed outright (a test's timeout, the OOM killer) takes the
+    child with it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    h5py = pytest.importorskip("h5py")
+    q = tmp_path / "f.h5"
+    with h5py.File(q, "w") as f:
+        f["x"] = np.arange(3)
+    code = (
+        "import time, refset\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from refset.scan.hdf5 import isolated\n"
+        "with ThreadPoolExecutor(1) as ex:\n"
+        f"    ex.submit(refset.scan, {str(q)!r}, native=False).result()\n"
+        "first = isolated._child.pid\n"
+        "time.sleep(0.3)\n"
+        f"refset.scan({str(q)!r}, native=False)\n"
+        "assert isolated._child.pid == first  # the child outlived the pool's thread\n"
+        "print(first, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    os.kill(child, 0)  # alive
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        try:  # reaped by init once it exits; a zombie counts as gone
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().split()[2] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the h5py child outlived its process")

@@ -25,9 +25,12 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from refset.errors import InvalidFile, RefsetError
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["H5PY_TIMEOUT", "walk_in_child"]
 
@@ -36,6 +39,7 @@ H5PY_TIMEOUT = 60.0
 
 _lock = threading.Lock()
 _child: subprocess.Popen[bytes] | None = None
+_spawner: ThreadPoolExecutor | None = None
 
 
 def walk_in_child(path: str, url: str, options: dict[str, Any], timeout: float) -> tuple[Any, set[str]]:
@@ -74,8 +78,15 @@ def _start() -> subprocess.Popen[bytes]:
 
     src = os.path.dirname(os.path.dirname(os.path.abspath(refset.__file__)))  # refset importable as here
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
-    return subprocess.Popen([sys.executable, "-m", "refset.scan.hdf5.isolated"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, env=env, start_new_session=True)
+    # started from a thread that lives as long as this process: the child dies with the thread that
+    # started it (Linux's parent-death signal), which must not be a pool's thread that may end
+    global _spawner
+    if _spawner is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _spawner = ThreadPoolExecutor(1, thread_name_prefix="refset-h5py-child")
+    return _spawner.submit(subprocess.Popen, [sys.executable, "-m", "refset.scan.hdf5.isolated"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env).result()
 
 
 def _stop(child: subprocess.Popen[bytes]) -> None:
@@ -122,10 +133,27 @@ def _receive(child: subprocess.Popen[bytes], timeout: float) -> Any:
     return pickle.loads(buf[8:need])
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this child when its parent dies (a parent killed while libhdf5 loops
+    here would leave it spinning: it never reads its stdin's end). Elsewhere the end of stdin does."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the call
+        os._exit(1)
+
+
 def _serve() -> None:
     """The child: walk each file asked for, until stdin closes."""
     import warnings
 
+    _die_with_parent()
     from refset.scan.hdf5.scanner import HDF5Scanner
     from refset.scan.writer import DropList
 
