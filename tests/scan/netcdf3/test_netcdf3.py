@@ -381,3 +381,26 @@ if __name__ == "__main__":  # the NetCDF3 rows of the table in docs/scan.md
     for p in _netcdf3_corpus():
         n, x = oracle(p)
         print(f"| {p.parent.name}/{p.name} | {n} | {'yes' if x else 'no'} |")
+
+
+@pytest.mark.parametrize("name", [b"..", b"a/", b"\0\0", b"/\0"])
+def test_names_that_are_no_keys_are_refused(tmp_path: Path, name: bytes) -> None:
+    """A variable (or dimension) named ``''``, ``..`` or with a ``/``: its key would replace the
+    file's own metadata (``''``: a ``.zarray`` at the root, over the global attributes) or leave the
+    set (found by the scan fuzz probe, seed 629): refused, naming the file and the name."""
+    import scipy.io
+
+    from refset.errors import InvalidFile
+
+    for what in ("variable", "dimension"):
+        p = tmp_path / f"{what}.nc"
+        with scipy.io.netcdf_file(p, "w") as f:
+            f.createDimension("dd" if what == "dimension" else "x", 3)
+            v = f.createVariable("vv" if what == "variable" else "y", "i4", ("dd" if what == "dimension" else "x",))
+            v[:] = [1, 2, 3]
+        data = p.read_bytes()
+        old = b"vv" if what == "variable" else b"dd"
+        assert data.count(old) == 1
+        p.write_bytes(data.replace(old, name))
+        with pytest.raises(InvalidFile, match=rf"{p}: NetCDF3 header: a {what} is named "):
+            refset.scan(p)

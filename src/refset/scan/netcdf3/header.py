@@ -115,6 +115,14 @@ class _Reader:
         except UnicodeDecodeError:
             raise self.error(f"the name of {what} is not UTF-8: {raw!r}") from None
 
+    def key_name(self, what: str) -> str:
+        """A dimension's or variable's name: it becomes a zarr key, so it may not be empty, ``.`` or
+        ``..``, nor hold ``/`` (netCDF-C's rules for names refuse them too)."""
+        name = self.name(what)
+        if name in ("", ".", "..") or "/" in name:
+            raise self.error(f"{what} is named {name!r}, which is not a netCDF name")
+        return name
+
     def dtype(self, what: str) -> np.dtype:
         t = self.int(4, f"the type of {what}")
         if t not in _TYPES or (t > 6 and self.version != 5):
@@ -156,14 +164,14 @@ def read_header(f: Any, size: int, url: str) -> Header:
         raise r.error(f"the number of records is {numrecs}")
     dims: list[tuple[str, int]] = []
     for _ in range(r.items(_DIMENSION, "dimension", 2 * r.count_size)):
-        name = r.name("a dimension")
+        name = r.key_name("a dimension")
         dims.append((name, r.count(f"the length of dimension {name!r}")))
     if sum(1 for _, n in dims if n == 0) > 1:
         raise r.error("more than one unlimited dimension")
     attrs = r.attributes("the file")
     raw_vars = []
     for _ in range(r.items(_VARIABLE, "variable", 4 * r.count_size)):
-        name = r.name("a variable")
+        name = r.key_name("a variable")
         ndims = r.count(f"the number of dimensions of variable {name!r}")
         if ndims * r.count_size > size - r.pos:
             raise r.error(f"variable {name!r} has {ndims} dimensions, more than the file can hold")
