@@ -390,8 +390,6 @@ def test_names_that_are_no_keys_are_refused(tmp_path: Path, name: bytes) -> None
     set (found by the scan fuzz probe, seed 629): refused, naming the file and the name."""
     import scipy.io
 
-    from refset.errors import InvalidFile
-
     for what in ("variable", "dimension"):
         p = tmp_path / f"{what}.nc"
         with scipy.io.netcdf_file(p, "w") as f:
