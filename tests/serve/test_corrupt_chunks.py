@@ -31,9 +31,9 @@ def test_a_chunk_that_does_not_decode_is_named(tmp_path: Path):
         data[k] ^= 0x55
     p.write_bytes(bytes(data))
     ds = xr.open_dataset(rs, engine="refset")
-    with pytest.raises(InvalidFile, match=r"(chunk 'v/1\.0'|array 'v'): .*do not decode .*\(zlib\.error: "):
+    with pytest.raises(InvalidFile, match=rf"(chunk 'v/1\.0'|array 'v') in '{p}': .*do not decode .*\(zlib\.error: "):
         ds.v.load()
-    with pytest.raises(InvalidFile, match=r"array 'v': a chunk's bytes do not decode .*\(zlib\.error: "):
+    with pytest.raises(InvalidFile, match=rf"array 'v' in '{p}': a chunk's bytes do not decode .*\(zlib\.error: "):
         ds.v.isel(y=[0, 30], x=[1, 2]).load()  # zarr's pipeline (an orthogonal selection)
     np.testing.assert_array_equal(ds.v.isel(y=slice(0, 20)).values.shape, (20, 50))  # the rest reads
     h5py = pytest.importorskip("h5py")

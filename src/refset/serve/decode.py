@@ -115,8 +115,9 @@ def fast_read(arr: Any, key: tuple[Any, ...], store: Any) -> Any:
                 a = ensure_ndarray_like(x).view(dtype).reshape(chunks, order=order)
             except Exception as e:  # the codec's own error (zlib.error, RuntimeError...): named
                 key = f"{arr.path}/{'.'.join(str(int(i)) for i in idx)}"
-                raise InvalidFile(f"chunk {key!r}: its bytes do not decode with the array's codecs "
-                                  f"({error_name(e)}: {e}): the file it references is corrupt") from e
+                raise InvalidFile(f"chunk {key!r}{files_of(store, key)}: its bytes do not decode with the "
+                                  f"array's codecs ({error_name(e)}: {e}): the file is corrupt or changed "
+                                  "since its scan") from e
             box[dst] = a[tuple(slice(0, d.stop - d.start) for d in dst)]
 
         def place_many(js: range) -> None:
@@ -137,3 +138,24 @@ def fast_read(arr: Any, key: tuple[Any, ...], store: Any) -> Any:
         [len(range(*k.indices(n))) for k, n in zip(sel, shape, strict=True) if isinstance(k, slice)], dtype)
 
 
+
+
+def files_of(store: Any, key: str, array: str | None = None) -> str:
+    """`` in 'URL'``: the file chunk ``key`` references (``array``: the files of that array's
+    chunks, up to three named), for an error; "" when the store does not say."""
+    rs = getattr(store, "refs", None)
+    if rs is None:
+        return ""
+    try:
+        if array is None:
+            ref = rs[key]
+            return f" in {ref[0]!r}" if isinstance(ref, tuple | list) else ""
+        ids = np.unique(rs.table(array).path_id)
+        urls = [rs.urls[i] for i in ids.tolist() if 0 <= i < len(rs.urls)]
+    except Exception:  # the error being reported is the one to raise
+        return ""
+    if not urls:
+        return ""
+    if len(urls) == 1:
+        return f" in {urls[0]!r}"
+    return f" in one of {len(urls)} files ({', '.join(map(repr, urls[:3]))}{', ...' if len(urls) > 3 else ''})"

@@ -177,7 +177,7 @@ class RefsetArray(BackendArray):
         """Values of an outer selection (slices, integers, 1-d integer arrays per axis)."""
         from zarr.core.sync import sync
 
-        from refset.serve.decode import fast_ok, fast_read, selected_chunks
+        from refset.serve.decode import fast_ok, fast_read, files_of, selected_chunks
 
         arr = self._array
         store = arr.store_path.store
@@ -194,8 +194,9 @@ class RefsetArray(BackendArray):
         except (zlib.error, RuntimeError, ValueError) as e:  # a codec's own error, from zarr's pipeline
             if isinstance(e, RefsetError):
                 raise
-            raise InvalidFile(f"array {arr.path!r}: a chunk's bytes do not decode with the array's codecs "
-                              f"({error_name(e)}: {e}): the file it references is corrupt") from e
+            raise InvalidFile(f"array {arr.path!r}{files_of(store, '', arr.path)}: a chunk's bytes do not "
+                              f"decode with the array's codecs ({error_name(e)}: {e}): the file is corrupt "
+                              "or changed since its scan") from e
         finally:
             if keys:
                 store.release(keys)
