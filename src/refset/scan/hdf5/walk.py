@@ -101,6 +101,9 @@ class Walker:
     def dim_names(self, ds: Any, grp: str, is_scale: bool) -> list[str]:
         names: list[str] = []
         dim_list = self.raw(ds).get("DIMENSION_LIST")
+        if isinstance(dim_list, Exception):  # h5py could not read it (attrs keeps the error)
+            raise cannot(self.names.get(ds.key, "?"), f"its DIMENSION_LIST attribute cannot be read "
+                                                        f"({type(dim_list).__name__}: {dim_list})")
         for axis in range(len(ds.shape)):
             name = None
             if is_scale and axis == 0:
