@@ -143,6 +143,15 @@ def _datastore() -> type[XarrayZarrStore]:
 _DATASTORE: type[XarrayZarrStore] | None = None
 
 
+def _native(dtype: Any) -> Any:
+    """A structured dtype with its fields in this machine's byte order (xarray's endianness decoding
+    casts a structured array whose fields are not to raw bytes, and fails); others as they are."""
+    if isinstance(dtype, np.dtype) and dtype.fields is not None and not all(
+            dtype.fields[n][0].isnative for n in dtype.names or ()):
+        return dtype.newbyteorder("=")
+    return dtype
+
+
 class RefsetArray(BackendArray):
     """A zarr array's values for xarray: a basic or outer selection reads the
     chunks it touches in one coalesced plan through refset's engine, decoded by refset where it can
@@ -157,7 +166,7 @@ class RefsetArray(BackendArray):
         self._array = zarr_array
         # its dtype rules (vlen strings) and its reads
         self._inner = ZarrArrayWrapper(zarr_array)  # type: ignore[no-untyped-call]  # xarray: unannotated
-        self.shape, self.dtype = self._inner.shape, self._inner.dtype
+        self.shape, self.dtype = self._inner.shape, _native(self._inner.dtype)
 
     def get_array(self) -> Any:
         return self._array
@@ -166,9 +175,11 @@ class RefsetArray(BackendArray):
         from xarray.core import indexing
 
         if isinstance(key, indexing.BasicIndexer | indexing.OuterIndexer):
-            return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER,
-                                                      self._outer)
-        return self._inner[key]
+            got = indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER,
+                                                     self._outer)
+        else:
+            got = self._inner[key]
+        return got if got.dtype == self.dtype else got.astype(self.dtype)
 
     async def async_getitem(self, key: Any) -> Any:
         return await self._inner.async_getitem(key)  # type: ignore[no-untyped-call]  # xarray: unannotated
