@@ -158,7 +158,7 @@ class RefsetArray(BackendArray):
     (:func:`~refset.serve.decode.fast_read`) and by zarr otherwise; anything else as xarray's own zarr
     wrapper reads it. A module-level class, so that Dask pickles it by reference."""
 
-    __slots__ = ("_array", "_inner", "dtype", "shape")
+    __slots__ = ("_array", "_cast", "_inner", "dtype", "shape")
 
     def __init__(self, zarr_array: Any) -> None:
         from xarray.backends.zarr import ZarrArrayWrapper
@@ -167,6 +167,7 @@ class RefsetArray(BackendArray):
         # its dtype rules (vlen strings) and its reads
         self._inner = ZarrArrayWrapper(zarr_array)  # type: ignore[no-untyped-call]  # xarray: unannotated
         self.shape, self.dtype = self._inner.shape, _native(self._inner.dtype)
+        self._cast = self.dtype is not self._inner.dtype  # reads are cast to it
 
     def get_array(self) -> Any:
         return self._array
@@ -179,7 +180,7 @@ class RefsetArray(BackendArray):
                                                      self._outer)
         else:
             got = self._inner[key]
-        return got if got.dtype == self.dtype else got.astype(self.dtype)
+        return got.astype(self.dtype) if self._cast else got
 
     async def async_getitem(self, key: Any) -> Any:
         return await self._inner.async_getitem(key)  # type: ignore[no-untyped-call]  # xarray: unannotated

@@ -2,7 +2,7 @@
 
 libhdf5 can loop forever on a crafted file (an attribute read that never returns) or crash the process
 (a corrupt structure the native reader did not see). So the walk of a file the native reader declines
-runs in a long-lived child process (``python -m refset.scan.hdf5.isolated``, started on first use, one
+runs in a long-lived child process (``python -m refset.scan.hdf5.child``, started on first use, one
 per process): the caller waits at most ``timeout`` seconds; a child that runs over is killed and the
 file refused with :class:`~refset.errors.InvalidFile`, as is one that dies (a signal), and the next
 file starts a new child. The caller's process stays usable either way. The child sends back the
@@ -74,9 +74,8 @@ class _Gone(Exception):
 
 
 def _start() -> subprocess.Popen[bytes]:
-    import refset
-
-    src = os.path.dirname(os.path.dirname(os.path.abspath(refset.__file__)))  # refset importable as here
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    # (the directory refset is imported from here: the child imports the same refset)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
     # started from a thread that lives as long as this process: the child dies with the thread that
     # started it (Linux's parent-death signal), which must not be a pool's thread that may end
@@ -85,7 +84,7 @@ def _start() -> subprocess.Popen[bytes]:
         from concurrent.futures import ThreadPoolExecutor
 
         _spawner = ThreadPoolExecutor(1, thread_name_prefix="refset-h5py-child")
-    return _spawner.submit(subprocess.Popen, [sys.executable, "-m", "refset.scan.hdf5.isolated"],
+    return _spawner.submit(subprocess.Popen, [sys.executable, "-m", "refset.scan.hdf5.child"],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env).result()
 
 
@@ -131,57 +130,3 @@ def _receive(child: subprocess.Popen[bytes], timeout: float) -> Any:
             size = struct.unpack("<Q", buf[:8])[0]
             need = 8 + size
     return pickle.loads(buf[8:need])
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this child when its parent dies (a parent killed while libhdf5 loops
-    here would leave it spinning: it never reads its stdin's end). Elsewhere the end of stdin does."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the parent died before the call
-        os._exit(1)
-
-
-def _serve() -> None:
-    """The child: walk each file asked for, until stdin closes."""
-    import warnings
-
-    _die_with_parent()
-    from refset.scan.hdf5.scanner import HDF5Scanner
-    from refset.scan.writer import DropList
-
-    inp, out = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # nothing else may write into the replies
-    while True:
-        head = inp.read(8)
-        if len(head) < 8:
-            return
-        path, url, options = pickle.loads(inp.read(struct.unpack("<Q", head)[0]))
-        try:
-            scanner = HDF5Scanner(**{**options, "native": False, "h5py_timeout": None})
-            drop = DropList(options.get("drop_variables", ()))
-            with warnings.catch_warnings(record=True) as caught, open(path, "rb") as f:
-                warnings.simplefilter("always")
-                writer = scanner.walk(f, url, drop)
-            reply: tuple[Any, ...] = ("ok", writer, drop.found, [(w.category, str(w.message)) for w in caught])
-        except RefsetError as e:
-            reply = ("error", e)
-        except Exception as e:  # libhdf5's own errors: named by the caller
-            reply = ("error", f"cannot be scanned: {type(e).__name__}: {e}")
-        try:
-            data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as e:
-            data = pickle.dumps(("error", f"cannot be scanned: {type(e).__name__}: {e}"))
-        out.write(struct.pack("<Q", len(data)) + data)
-        out.flush()
-
-
-if __name__ == "__main__":
-    _serve()
