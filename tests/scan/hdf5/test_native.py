@@ -855,3 +855,32 @@ def test_the_h5py_child_dies_with_its_process(tmp_path: Path) -> None:
     else:
         os.kill(child, signal.SIGKILL)
         pytest.fail("the h5py child outlived its process")
+
+
+@pytest.mark.parametrize("h5py_timeout", [60, None])
+def test_an_optional_filter_skipped_in_every_chunk_is_dropped_not_copied(tmp_path: Path, h5py_timeout) -> None:
+    """Blosc on incompressible data: libhdf5 stores every chunk raw and marks the (optional) filter
+    skipped. The chunks are referenced with the filter left out of the codecs, as kerchunk does
+    (refset copied them into the set, re-encoded: an 8 MB file gave an 11 MB JSON); where only some
+    chunks skipped it, those are re-encoded. Values as h5py reads them, natively and through h5py."""
+    h5py = pytest.importorskip("h5py")
+    hdf5plugin = pytest.importorskip("hdf5plugin")
+    noise = np.random.default_rng(0).integers(0, 256, 40_000, dtype=np.uint8)
+    mixed = noise.copy()
+    mixed[:20_000] = 0  # these chunks compress: stored filtered
+    p = tmp_path / "blosc.h5"
+    with h5py.File(p, "w") as f:
+        for name, data in (("noise", noise), ("mixed", mixed)):
+            f.create_dataset(name, data=data, chunks=(4000,), **hdf5plugin.Blosc(cname="lz4", clevel=9, shuffle=0))
+    with h5py.File(p) as f:
+        masks = {n: [f[n].id.get_chunk_info(i).filter_mask for i in range(10)] for n in ("noise", "mixed")}
+    assert masks["noise"] == [1] * 10 and masks["mixed"] == [0] * 5 + [1] * 5
+    for native in (True, False):
+        rs = refset.scan(p, native=native, h5py_timeout=h5py_timeout)
+        assert json.loads(rs["noise/.zarray"])["filters"] is None
+        assert all(isinstance(rs[f"noise/{i}"], tuple) for i in range(10))  # referenced, 4000 bytes each
+        assert [rs[f"noise/{i}"][2] for i in range(10)] == [4000] * 10
+        assert json.loads(rs["mixed/.zarray"])["filters"][0]["id"] == "blosc"
+        got = refset.open_dataset(rs)
+        np.testing.assert_array_equal(got.noise.values, noise)
+        np.testing.assert_array_equal(got.mixed.values, mixed)

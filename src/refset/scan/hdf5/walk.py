@@ -204,7 +204,10 @@ class Walker:
             offset[flat] = off_c
             length[flat] = len_c
             masked = np.flatnonzero(mask_c)
-            if masked.size:  # a filter was skipped for these chunks: re-encode what h5py reads
+            skipped = int(mask_c[0]) if masked.size == flat.size and (mask_c == mask_c[0]).all() else 0
+            if skipped:  # every chunk skipped the same optional filters (Blosc on noise): not in the codecs
+                filters = [f for i, f in enumerate(filters) if not (skipped >> i) & 1]
+            elif masked.size:  # a filter was skipped for some chunks: re-encode what h5py reads
                 inline = self.reencode(ds, path, flat[masked], grid, chunks, dt, filters)
         missing = np.flatnonzero(length == 0)
         if missing.size:
