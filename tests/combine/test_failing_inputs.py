@@ -156,3 +156,12 @@ def test_a_duplicate_time_is_shown_as_its_date(days: list[Path], tmp_path: Path)
 def test_an_unwritable_output_directory_is_refused_before_any_work(days: list[Path]):
     r = _cli("scan", *map(str, days), "--concat-dim", "time", "-o", "/proc/out.json")
     assert r.returncode == 2 and "output directory /proc is not writable" in r.stderr, r.stderr
+
+
+def test_a_directory_given_as_an_input_says_so(days: list[Path]):
+    d = days[0].parent
+    with pytest.raises(Unsupported, match=rf"{d}: is a directory, not a data file or a reference set \(a glob "
+                                          rf"such as {d}/\*\.nc takes its files\)"):
+        refset.combine([str(d)], concat_dims="time")
+    r = _cli("scan", str(d), "--concat-dim", "time", "-o", str(d / "out.json"))
+    assert r.returncode == 1 and "is a directory" in r.stderr and ".zmetadata" not in r.stderr, r.stderr

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from refset.errors import InvalidReferences, RefsetError, located
+from refset.errors import InvalidReferences, RefsetError, Unsupported, located
 from refset.model.refset import ReferenceSet
 from refset.scan import Scan, UnusedDropWarning
 
@@ -135,6 +135,13 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
     scanned = (scan or Scan()).scan_if_data(url, storage_options)
     if scanned is not None:
         return scanned, url
+    from refset.io.local import is_local, local_path
+
+    if is_local(url, storage_options or {}):
+        path = local_path(url)
+        if os.path.isdir(path) and not os.path.exists(os.path.join(path, ".zmetadata")):
+            raise Unsupported(f"{url}: is a directory, not a data file or a reference set (a glob such as "
+                              f"{url.rstrip('/')}/*.nc takes its files)")
     return load(url, storage_options=storage_options), url
 
 
