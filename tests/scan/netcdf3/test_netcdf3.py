@@ -402,3 +402,27 @@ def test_names_that_are_no_keys_are_refused(tmp_path: Path, name: bytes) -> None
         p.write_bytes(data.replace(old, name))
         with pytest.raises(InvalidFile, match=rf"{p}: NetCDF3 header: a {what} is named "):
             refset.scan(p)
+
+
+def test_overlapping_variable_data_is_refused_as_netcdf_c_refuses_it(tmp_path: Path) -> None:
+    """A header whose second variable's data begins inside the first's: netCDF-C refuses to open the
+    file (its NC_check_voffs); refset refused nothing and read the shared bytes twice."""
+    import struct
+
+    import scipy.io
+
+    netCDF4 = pytest.importorskip("netCDF4")
+    p = tmp_path / "overlap.nc"
+    with scipy.io.netcdf_file(p, "w") as f:
+        f.createDimension("x", 4)
+        f.createVariable("aa", "i4", ("x",))[:] = [1, 2, 3, 4]
+        f.createVariable("bb", "i4", ("x",))[:] = [5, 6, 7, 8]
+    data = bytearray(p.read_bytes())
+    first = len(data) - 32  # the data: aa's 16 bytes, then bb's
+    at = data.find(struct.pack(">i", first + 16), data.find(b"bb"))
+    data[at:at + 4] = struct.pack(">i", first + 8)
+    p.write_bytes(bytes(data))
+    with pytest.raises(OSError):
+        netCDF4.Dataset(p)
+    with pytest.raises(InvalidFile, match=rf"{p}: variable 'bb': its data at byte {first + 8} overlaps variable 'aa'"):
+        refset.scan(p)

@@ -208,4 +208,23 @@ def read_header(f: Any, size: int, url: str) -> Header:
             raise InvalidFile(f"{url}: variable {name!r}: its data ends at byte {end}, past the end "
                               f"of the file ({size} bytes)")
         variables.append(var)
+    _check_order(url, variables, header_size, slabs)
     return Header(r.version, numrecs, recsize, attrs, tuple(variables), header_size)
+
+
+def _check_order(url: str, variables: list[Variable], header_size: int, slabs: list[int]) -> None:
+    """Data laid out as netCDF-C lays it out and checks on opening (``NC_check_voffs``): the
+    fixed-size variables one after another in the order they are defined, then the record
+    variables' slabs in theirs, none overlapping another. A file where they overlap is refused by
+    netCDF-C ("Unknown file format"), so it is here too: its values would be read twice."""
+    prev, before = header_size, "the header"
+    for v in (v for v in variables if not v.is_record):
+        if v.begin < prev:
+            raise InvalidFile(f"{url}: variable {v.name!r}: its data at byte {v.begin} overlaps {before} "
+                              f"(which ends at byte {prev})")
+        prev, before = v.begin + v.nbytes, f"variable {v.name!r}"
+    for v, slab in zip((v for v in variables if v.is_record), slabs, strict=True):
+        if v.begin < prev:
+            raise InvalidFile(f"{url}: record variable {v.name!r}: its data at byte {v.begin} overlaps "
+                              f"{before} (which ends at byte {prev})")
+        prev, before = v.begin + slab, f"record variable {v.name!r}"
