@@ -884,3 +884,21 @@ def test_an_optional_filter_skipped_in_every_chunk_is_dropped_not_copied(tmp_pat
         got = refset.open_dataset(rs)
         np.testing.assert_array_equal(got.noise.values, noise)
         np.testing.assert_array_equal(got.mixed.values, mixed)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_groups_nested_too_deep_are_refused_by_name(tmp_path: Path, native: bool) -> None:
+    """3000 nested groups (h5py writes them in 0.1 s): Unsupported naming the file and the limit, on
+    both readers (was a RecursionError)."""
+    from refset.errors import Unsupported
+    from refset.scan.hdf5.walk import MAX_DEPTH
+
+    h5py = pytest.importorskip("h5py")
+    q = tmp_path / "deep.h5"
+    with h5py.File(q, "w") as f:
+        g = f
+        for _ in range(3000):
+            g = g.create_group("g")
+        g["x"] = [1, 2, 3]
+    with pytest.raises(Unsupported, match=rf"^{q}: groups nested more than {MAX_DEPTH} deep \(g/g/g"):
+        refset.scan(q, native=native)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from refset.errors import Unsupported
 from refset.scan.hdf5.base import NotNative
 from refset.scan.hdf5.filters import encode_chunk, hdf5_filters
 from refset.scan.writer import SetWriter, cannot, json_attrs, json_value, split_rows
@@ -20,6 +21,7 @@ __all__ = ["Walker", "MAX_INLINE"]
 #: Bytes of data read through h5py and stored in the set for one variable (compact layout,
 #: variable-length strings, filters no codec decodes exactly, chunks with a filter skipped).
 MAX_INLINE = 64 * 2**20
+MAX_DEPTH = 200  # groups nested deeper are refused (a recursive walk; real files nest a few levels)
 _FILL_CHUNKS = 65536  # unwritten chunks stored as fill chunks at most (more: zarr's fill_value, warned)
 
 # Attributes that describe HDF5/netCDF-4 structure, not the data (netCDF4-python hides them too).
@@ -78,7 +80,11 @@ class Walker:
                     continue
                 self.dataset(ds, out, self.dim_names(ds, grp, self.names[ds.key] in scales))
 
-    def collect(self, grp: Any, path: str, datasets: dict[str, list[Any]]) -> None:
+    def collect(self, grp: Any, path: str, datasets: dict[str, list[Any]], depth: int = 0) -> None:
+        if depth > MAX_DEPTH:
+            shown = path if len(path) <= 80 else path[:80] + "..."
+            raise Unsupported(f"groups nested more than {MAX_DEPTH} deep ({shown}): refused, as a walk "
+                              "that deep is no real file's")
         self.groups.append((path, grp))
         for name, kind, obj, target in grp.links():
             sub = f"{path}/{name}" if path else name
@@ -93,7 +99,7 @@ class Walker:
             if obj.is_group:
                 if obj.key not in self.names and name not in self.drop and sub not in self.drop:
                     self.names[obj.key] = sub
-                    self.collect(obj, sub, datasets)
+                    self.collect(obj, sub, datasets, depth + 1)
             elif obj.is_dataset:  # every link is a variable; dims take the last name
                 self.names[obj.key] = sub
                 datasets.setdefault(path, []).append((sub, obj))
