@@ -16,7 +16,7 @@ from typing import Any
 
 from refset.abc.format import StoredForm
 from refset.errors import InvalidOption, InvalidReferences, Unsupported
-from refset.io.local import is_local, local_path
+from refset.io.local import is_local, local_path, trimmed
 from refset.io.magic import (
     HEAD_SIZE,
     PACKED_MAGIC,
@@ -184,7 +184,7 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
         return (FORMATS["packed"] if head.startswith(PACKED_MAGIC) else FORMATS["json"]), None
     from refset.io.store import FsspecStore
 
-    store = FsspecStore(source.rstrip("/"), storage_options)
+    store = FsspecStore(trimmed(source), storage_options)
 
     def has(name: str) -> bool:
         try:

@@ -13,6 +13,15 @@ def is_local(path: str, storage_options: object = None) -> bool:
     return (("://" not in path and "::" not in path) or path.startswith("file://")) and not storage_options
 
 
+def trimmed(url: str) -> str:
+    """``url`` without trailing slashes, but a filesystem's root kept a root: ``memory:///`` ->
+    ``memory://`` (not ``memory:``, a relative local path), ``/`` stays ``/``."""
+    out = url.rstrip("/")
+    if not out:
+        return url[:1]
+    return out + "//" if out.endswith(":") and url.startswith(out + "//") else out
+
+
 def local_path(path: str) -> str:
     """The file path of a local path or ``file://`` URL, ``~`` expanded (as fsspec does)."""
     return os.path.expanduser(path[len("file://") :] if path.startswith("file://") else path)

@@ -288,6 +288,32 @@ def test_fsspec_url_memory(tmp_path):
     assert _norm(back.to_dict()) == _norm(refset.load(refs).to_dict())
 
 
+def test_a_set_at_a_filesystem_root(tmp_path, monkeypatch):
+    """A parquet set written at the root of a filesystem (``memory:///``) loads from there, not as
+    a local path (issue 30, one of fsspec's own tests)."""
+    import fsspec
+
+    from refset.errors import Unsupported
+
+    monkeypatch.chdir(tmp_path)  # where a local path "memory:" would be made
+    mem = fsspec.filesystem("memory")
+    before = set(mem.ls("/", detail=False))
+    refs = {**BASE, **grid_refs("a", (30,), (1,), every=2)}
+    try:
+        refset.save(refs, "memory:///made-elsewhere", format="parquet", record_size=7)
+        for p in mem.find("/made-elsewhere"):  # put at the root, as fsspec's LazyReferenceMapper can
+            mem.cp_file(p, p.replace("/made-elsewhere", "", 1))
+        mem.rm("/made-elsewhere", recursive=True)
+        assert mem.exists("/.zmetadata") and not os.listdir(tmp_path)
+        assert _norm(refset.load("memory:///").to_dict()) == _norm(refset.load(refs).to_dict())
+        with pytest.raises(Unsupported, match="not at the root of a filesystem"):  # it would clear the root
+            refset.save(refs, "memory:///", format="parquet")
+        assert _norm(refset.load("memory:///").to_dict()) == _norm(refset.load(refs).to_dict())
+    finally:
+        for p in set(mem.ls("/", detail=False)) - before:
+            mem.rm(p, recursive=True)
+
+
 def test_save_infers_parquet_and_converts_from_parquet(tmp_path):
     refs = {**BASE, **grid_refs("a", (30,), (1,), every=2)}
     refset.save(refs, tmp_path / "o.parquet", record_size=7)

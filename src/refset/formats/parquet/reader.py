@@ -27,6 +27,7 @@ import numpy as np
 
 from refset.abc.bytestore import ByteStore
 from refset.errors import InvalidReferences, Unsupported
+from refset.io.local import trimmed
 from refset.io.store import FsspecStore, LocalStore, open_store
 from refset.model.builder import check_ends
 from refset.model.keys import (
@@ -442,7 +443,7 @@ def read_parquet(
     """
     if options:
         raise Unsupported(f"options {sorted(options)} are not used when reading parquet references")
-    source = os.fspath(source).rstrip("/")
+    source = trimmed(os.fspath(source))
     store = open_store(source, storage_options)
     try:
         raw = store.read(".zmetadata")

@@ -33,6 +33,7 @@ from refset.io.atomic import (
     rm_tree,
     temp_prefix,
 )
+from refset.io.local import trimmed
 from refset.model.keys import ChunkGrid, path_problem
 from refset.model.refset import ReferenceSet
 from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable
@@ -276,7 +277,7 @@ def write_parquet(
     _check_level(compression, compression_level)
     meta, arrays = _collect(rs)
     args = (rs, meta, arrays, record_size, categorical_threshold, pad, compression, compression_level)
-    dest = os.fspath(dest).rstrip("/")
+    dest = trimmed(os.fspath(dest))
     if ("://" not in dest or dest.startswith("file://")) and not storage_options:
         _write_local(dest[len("file://"):] if dest.startswith("file://") else dest, args)
     else:
@@ -355,6 +356,9 @@ def _write_remote(dest: str, storage_options: Mapping[str, Any] | None, args: tu
 
     fs, root = fsspec.core.url_to_fs(dest, **dict(storage_options or {}))
     root = root.rstrip("/")
+    if not root:  # replacing a set there would remove the whole filesystem's files first
+        raise Unsupported(f"{dest}: a parquet set is written into a directory of its own, not at the root "
+                          "of a filesystem")
     _recover_remote(fs, root)
     tmp = f"{root}.refset-{uuid.uuid4().hex[:8]}.tmp"
     names: list[str] = []
