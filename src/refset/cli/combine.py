@@ -67,10 +67,6 @@ def _client(a: argparse.Namespace, n_inputs: int) -> Client | None:
     either, an embedded cluster of a worker per core from ``CLUSTER_INPUTS`` inputs."""
     from refset.combine.cluster import CLUSTER_INPUTS, local_client
 
-    if a.on_error == "skip":
-        if a.scheduler or a.workers:
-            raise UsageError("--on-error skip works in this process: give neither --scheduler nor --workers")
-        return None
     if a.scheduler:
         from distributed import Client
 

@@ -239,7 +239,7 @@ def _combine_options(s: argparse.ArgumentParser, required: bool) -> None:
     s.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                    help="an input that cannot be opened or scanned: stop with its error (raise, the "
                         "default), or leave it out (skip: listed in the summary and in the set's root "
-                        "attribute refset_skipped_inputs; works in this process, not with a cluster)")
+                        "attribute refset_skipped_inputs)")
     s.add_argument("--quiet", action="store_true", help="no progress bar, summary or 'wrote' lines")
 
 

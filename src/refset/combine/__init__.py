@@ -14,7 +14,7 @@ from typing import Any
 from refset.combine.coords import coordinates
 from refset.combine.inputs import Skipped, absolute, expand_lists, open_input, open_inputs, warn_unused
 from refset.combine.placement import Combiner
-from refset.errors import InvalidReferences, OptionRef, Problem, RefsetError, Unsupported
+from refset.errors import InvalidReferences, OptionRef, Problem, RefsetError
 from refset.formats.json.batch import NotBatch, read_documents
 from refset.model.refset import ReferenceSet
 from refset.model.stack import SetStack
@@ -72,7 +72,7 @@ def combine(
     makes a run of its own with the same options, whose counts are added to it).
     ``on_error``: ``"raise"`` (an input that cannot be opened or scanned raises its error, naming
     it) or ``"skip"`` (it is left out, with a warning; the combined set lists each one, index, name
-    and error, in the root attribute ``refset_skipped_inputs``). Not with ``client``.
+    and error, in the root attribute ``refset_skipped_inputs``), also on a cluster.
     """
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
@@ -80,9 +80,6 @@ def combine(
     if on_error not in ("raise", "skip"):
         raise InvalidReferences(Problem("combine: ", OptionRef("on_error", "on_error"),
                                         f" must be 'raise' or 'skip', got {on_error!r}"))
-    if on_error == "skip" and client is not None:
-        raise Unsupported(Problem("combine: ", OptionRef("on_error", "on_error"),
-                                  "='skip' is not supported with a client: combine in this process"))
     skipped: list[Skipped] | None = [] if on_error == "skip" else None
     given = list(inputs)
     so = dict(storage_options or {})
@@ -110,8 +107,12 @@ def combine(
         out = combine_on_cluster(client, items, dims=dims, identical=list(identical_dims),
                                  coo_map=dict(coo_map or {}), coo_dtypes=dict(coo_dtypes or {}),
                                  preprocess=preprocess, check=check, so=so, ro=ro, batch=batch_size,
-                                 progress=progress, scan_options=sc, concurrency=concurrency, scan=scan)
+                                 progress=progress, scan_options=sc, concurrency=concurrency, scan=scan,
+                                 skipped=skipped)
         _check_identical(identical_dims, list(out.grids))
+        if skipped:
+            _warn_skipped(skipped, len(items))
+            out = with_root_attrs(out, {SKIPPED_ATTR: [dataclasses.asdict(s) for s in skipped]})
         return postprocess(out) if postprocess is not None else out
     run = scan or Scan(**sc)  # one run for the data files: files of one product share parsed headers
     opened, unused = open_inputs(items, storage_options=so, scan=run, concurrency=concurrency, progress=progress,

@@ -57,34 +57,42 @@ def _one_input(sel: Any, i: int) -> Any:
     return sel  # a compiled regex, or something coordinates() names as not a selector
 
 
+_Group = tuple[list[Any], list[Any], list[set[str]], tuple[int, int, int, int], list[Any]]
+
+
 def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]], dims: Sequence[str],
                 coo_dtypes: Mapping[str, Any], so: Mapping[str, Any], ro: Mapping[str, Any],
                 preprocess: Callable[..., ReferenceSet] | None,
-                scan_options: Mapping[str, Any], concurrency: int | None = None,
-                ) -> tuple[list[Any], list[Any], list[set[str]], tuple[int, int, int, int]]:
+                scan_options: Mapping[str, Any], concurrency: int | None = None, skip: bool = False,
+                ) -> _Group:
     """Inputs ``start...`` opened (scanned, with ``scan_options``; remote ones ``concurrency`` at a
     time) with ``so``, each one's coordinate values and attributes (data read with ``ro``), the
-    names to drop each one lacked (reported once, by the client) and what the scans cost (files,
-    requests, bytes, the most round trips of a file)."""
-    from refset.combine.inputs import open_inputs
+    names to drop each one lacked (reported once, by the client), what the scans cost (files,
+    requests, bytes, the most round trips of a file) and, with ``skip``, the inputs that failed
+    (:class:`~refset.combine.inputs.Skipped`; the others are the group's sets, in order)."""
+    from refset.combine.inputs import Skipped, open_inputs
     from refset.scan import Scan
 
     sets, coords = [], []
     run = Scan(**scan_options)  # one run per task: its files share parsed headers
-    opened, unused = open_inputs(xs, start, storage_options=so, scan=run, concurrency=concurrency)
-    for k, (rs, name) in enumerate(opened):
+    skipped: list[Skipped] | None = [] if skip else None
+    opened, unused = open_inputs(xs, start, storage_options=so, scan=run, concurrency=concurrency,
+                                 skipped=skipped)
+    gone = {s.index - start for s in skipped or ()}
+    kept = [i for i in range(len(xs)) if i not in gone]
+    for k, (rs, name) in zip(kept, opened, strict=True):
         if preprocess is not None:
             rs = preprocess(rs)
         sets.append((rs, name))
         coords.append([(c.per_input[0], c.attrs) for c in coordinates(
             SetStack.from_sets([rs], [name]), dims, maps[k], coo_dtypes, ro)])
-    return sets, coords, unused, run.costs()
+    return sets, coords, [unused[i] for i in kept], run.costs(), list(skipped or ())
 
 
-def _coords_part(group: tuple[list[Any], list[Any], list[set[str]], tuple[int, int, int, int]]) -> bytes:
-    """The group's coordinates, unused drops and scan costs, pickled into one message frame
-    (distributed sends each numpy array of a result as a frame of its own: ~5 ms per 100 of them)."""
-    return _frame((group[1], group[2], group[3]))
+def _coords_part(group: _Group) -> bytes:
+    """The group's coordinates, unused drops, scan costs and skipped inputs, pickled into one message
+    frame (distributed sends each numpy array of a result as a frame of its own: ~5 ms per 100)."""
+    return _frame((group[1], group[2], group[3], group[4]))
 
 
 def _combine_picked(groups: Sequence[tuple[list[Any], ...]], picks: Sequence[tuple[int, int]],
@@ -124,7 +132,8 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
                        so: Mapping[str, Any], ro: Mapping[str, Any] | None = None, batch: int = BATCH,
                        progress: Callable[[int], Any] | None = None,
                        scan_options: Mapping[str, Any] | None = None,
-                       concurrency: int | None = None, scan: Scan | None = None) -> ReferenceSet:
+                       concurrency: int | None = None, scan: Scan | None = None,
+                       skipped: list[Any] | None = None) -> ReferenceSet:
     if batch < 2:
         raise ValueError(f"batch_size: must be at least 2, got {batch}")
     n = len(items)
@@ -135,7 +144,7 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
     threads = sum(client.nthreads().values()) or 1
     size = max(1, min(batch, -(-n // (4 * threads))))
     groups = [client.submit(_open_group, items[s:s + size], s, maps[s:s + size], dims, coo_dtypes, so, ro,
-                            preprocess, dict(scan_options or {}), concurrency, pure=False)
+                            preprocess, dict(scan_options or {}), concurrency, skipped is not None, pure=False)
               for s in range(0, n, size)]
     pending = [client.submit(_coords_part, g, pure=False) for g in groups]
     got: dict[int, Any] = {}
@@ -158,8 +167,17 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
     from refset.combine.inputs import warn_unused
 
     parts = [got[k] for k in range(len(pending))]
-    info = [c for part, _, _ in parts for c in part]
-    warn_unused([u for _, us, _ in parts for u in us])
+    info = [c for part, _, _, _ in parts for c in part]
+    warn_unused([u for _, us, _, _ in parts for u in us])
+    # each opened input's group and place in it (inputs that failed, with skipped, are not in them)
+    where = [(g, j) for g, part in enumerate(parts) for j in range(len(part[0]))]
+    if skipped is not None:
+        skipped.extend(x for part in parts for x in part[3])
+        if not where:
+            from refset.errors import InvalidReferences
+
+            raise InvalidReferences(f"combine: every input failed; the first: {skipped[0].error}")
+    n = len(where)
     target = {d: info[0][k][1] for k, d in enumerate(dims) if is_cf_time(info[0][k][1])}
     keys = []
     for k, d in enumerate(dims):
@@ -177,8 +195,8 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
         run = sorted(run)
         sel = {d: coo_map[d] if _is_data(coo_map.get(d)) else [info[i][k][0] for i in run]
                for k, d in enumerate(dims) if d in coo_map}
-        used = sorted({i // size for i in run})
-        picks = [(used.index(i // size), i % size) for i in run]
+        used = sorted({where[i][0] for i in run})
+        picks = [(used.index(where[i][0]), where[i][1]) for i in run]
         level.append((run[0], tuple(k[run[0]] for k in keys[:lead]), client.submit(
             _combine_picked, [groups[g] for g in used], picks, dims, identical, sel, coo_dtypes, target,
             check, ro, f"inputs {run[0]}..{run[-1]}", pure=False)))

@@ -81,11 +81,28 @@ def _start() -> subprocess.Popen[bytes]:
     # started it (Linux's parent-death signal), which must not be a pool's thread that may end
     global _spawner
     if _spawner is None:
+        import atexit
         from concurrent.futures import ThreadPoolExecutor
 
         _spawner = ThreadPoolExecutor(1, thread_name_prefix="refset-h5py-child")
+        atexit.register(_close)
     return _spawner.submit(subprocess.Popen, [sys.executable, "-m", "refset.scan.hdf5.child"],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env).result()
+
+
+def _close() -> None:
+    """At exit: the child ends when its stdin closes (killed if it does not within a second)."""
+    child = _child
+    if child is None or child.poll() is not None:
+        return
+    try:
+        if child.stdin is not None:
+            child.stdin.close()
+        child.wait(timeout=1)
+    except (OSError, subprocess.TimeoutExpired):
+        _stop(child)
+    if child.stdout is not None:
+        child.stdout.close()
 
 
 def _stop(child: subprocess.Popen[bytes]) -> None:
