@@ -902,3 +902,27 @@ def test_groups_nested_too_deep_are_refused_by_name(tmp_path: Path, native: bool
         g["x"] = [1, 2, 3]
     with pytest.raises(Unsupported, match=rf"^{q}: groups nested more than {MAX_DEPTH} deep \(g/g/g"):
         refset.scan(q, native=native)
+
+
+@pytest.mark.parametrize("size", [20, 80])
+def test_an_unfiltered_chunk_of_the_wrong_size_is_refused(tmp_path: Path, size: int) -> None:
+    """An unfiltered chunk whose index entry gives 20 (or 80) bytes where its shape holds 40: libhdf5
+    reads that many bytes into the chunk (with 20, the rest of h5py's values are whatever memory
+    held); refset referenced the wrong length as given. Now InvalidFile naming the file, the
+    variable and the chunk, on both readers."""
+    from refset.errors import InvalidFile
+
+    h5py = pytest.importorskip("h5py")
+    q = tmp_path / "size.h5"
+    with h5py.File(q, "w", libver="earliest") as f:
+        f.create_dataset("x", data=np.arange(80, dtype="i4"), chunks=(10,))
+    data = bytearray(q.read_bytes())
+    leaf = next(a for a, level in _btree_nodes(bytes(data), 1) if level == 0)
+    key1 = leaf + 24 + (24 + 8)  # the second chunk's key starts with its size
+    assert int.from_bytes(data[key1:key1 + 4], "little") == 40
+    data[key1:key1 + 4] = size.to_bytes(4, "little")
+    q.write_bytes(bytes(data))
+    for native in (True, False):
+        with pytest.raises(InvalidFile, match=rf"^{q}: variable 'x': chunk 1 \(of 1 such\) is listed with {size} "
+                                              r"bytes, not the 40 of its shape and type"):
+            refset.scan(q, native=native)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from refset.errors import Unsupported
+from refset.errors import InvalidFile, Unsupported
 from refset.scan.hdf5.base import NotNative
 from refset.scan.hdf5.filters import encode_chunk, hdf5_filters
 from refset.scan.writer import SetWriter, cannot, json_attrs, json_value, split_rows
@@ -206,6 +206,12 @@ class Walker:
         offset = np.zeros(n, np.int64)
         length = np.zeros(n, np.int64)
         inline: dict[int, bytes] = {}
+        if flat.size and not filters and dt.kind != "O":
+            wrong = np.flatnonzero(len_c != math.prod(chunks) * dt.itemsize)
+            if wrong.size:  # libhdf5 reads that many bytes into the chunk: the rest is whatever memory held
+                raise InvalidFile(f"variable {path!r}: chunk {int(flat[wrong[0]])} (of {wrong.size} such) is "
+                                  f"listed with {int(len_c[wrong[0]])} bytes, not the "
+                                  f"{math.prod(chunks) * dt.itemsize} of its shape and type: the file is corrupt")
         if flat.size:
             offset[flat] = off_c
             length[flat] = len_c
