@@ -805,6 +805,8 @@ def test_chunk_keys_libhdf5_would_not_find_are_refused(tmp_path: Path, how: str)
             assert listed[:2] == [(0,), (0,)] and (f["x"][10:20] != np.arange(10, 20)).any()
     with pytest.raises(InvalidFile, match={"twice": "chunk listed twice", "off the grid": "chunk position"}[how]):
         refset.scan(q)
+    with pytest.raises(InvalidFile, match={"twice": "listed twice", "off the grid": "bad coordinate offset"}[how]):
+        refset.scan(q, native=False)  # h5py's listing: the same
 
 
 def test_the_h5py_child_dies_with_its_process(tmp_path: Path) -> None:

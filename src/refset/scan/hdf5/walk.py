@@ -206,6 +206,9 @@ class Walker:
         offset = np.zeros(n, np.int64)
         length = np.zeros(n, np.int64)
         inline: dict[int, bytes] = {}
+        if flat.size > 1 and not bool((flat[1:] > flat[:-1]).all()) and np.unique(flat).size != flat.size:
+            # listed twice: libhdf5's reads look keys up and find one of them, its listing gives both
+            raise InvalidFile(f"variable {path!r}: a chunk is listed twice in its chunk index: the file is corrupt")
         if flat.size and not filters and dt.kind != "O":
             wrong = np.flatnonzero(len_c != math.prod(chunks) * dt.itemsize)
             if wrong.size:  # libhdf5 reads that many bytes into the chunk: the rest is whatever memory held
