@@ -268,6 +268,16 @@ class SetWriter:
             ln = np.where(located, ln, 0)
         self.arrays[path] = (grid, kind, off, ln, inl_flat, inl_data, None)
 
+    def ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, lengths) of every byte range the arrays reference in the file, small chunks to
+        be read included."""
+        offs = [off[kind == RANGE] for _g, kind, off, _ln, *_ in self.arrays.values()]
+        lens = [ln[kind == RANGE] for _g, kind, _off, ln, *_ in self.arrays.values()]
+        offs += [s[2] for s in self._small]
+        lens += [s[3] for s in self._small]
+        z = np.zeros(0, np.int64)
+        return (np.concatenate(offs) if offs else z), (np.concatenate(lens) if lens else z)
+
     def build(self, read_ranges: Callable[[list[int], list[int]], list[bytes]]) -> ReferenceSet:
         """Read the small chunks (``read_ranges(offsets, lengths)``, one batch) and build the set."""
         if self._small:

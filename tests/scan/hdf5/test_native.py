@@ -928,3 +928,24 @@ def test_an_unfiltered_chunk_of_the_wrong_size_is_refused(tmp_path: Path, size: 
         with pytest.raises(InvalidFile, match=rf"^{q}: variable 'x': chunk 1 \(of 1 such\) is listed with {size} "
                                               r"bytes, not the 40 of its shape and type"):
             refset.scan(q, native=native)
+
+
+def test_chunk_data_pointing_into_metadata_is_refused(tmp_path: Path) -> None:
+    """A chunk address corrupted to point into the file's own metadata (its B-tree node; the scan
+    fuzz probe's seed 5886, where libhdf5 reads zeros there and refset read the node's bytes as
+    values): InvalidFile, since no valid file's data overlaps its metadata."""
+    from refset.errors import InvalidFile
+
+    h5py = pytest.importorskip("h5py")
+    q = tmp_path / "into.h5"
+    with h5py.File(q, "w", libver="earliest") as f:
+        f.create_dataset("x", data=np.arange(16, dtype=">f8").reshape(4, 4), chunks=(2, 2))
+    data = bytearray(q.read_bytes())
+    leaf = next(a for a, level in _btree_nodes(bytes(data), 1) if level == 0)
+    key = 8 + 8 * 3  # size, mask, then 3 offsets (2 dims and the element's)
+    child3 = leaf + 24 + 3 * (key + 8) + key  # the fourth chunk's address
+    data[child3:child3 + 8] = leaf.to_bytes(8, "little")
+    q.write_bytes(bytes(data))
+    assert refset.scan(q, native=False)["x/1.1"][1] == leaf  # h5py's listing takes the address as it is
+    with pytest.raises(InvalidFile, match=rf"^{q}: not a valid HDF5 file: data overlaps the file's metadata"):
+        refset.scan(q)

@@ -48,6 +48,7 @@ class H5File:
         # Every structure is read once in a sound file, so reading more than this is a loop or an
         # amplification (overlapping nodes, repeated continuations) in a hostile one.
         self._budget = 2 * size + (1 << 20)
+        self._spans: list[tuple[int, int]] = []  # (position, length) of every metadata read
         self._headers: dict[int, Header] = {}
         self._heaps: dict[int, bytes] = {}
         self._gcols: dict[int, dict[int, bytes]] = {}
@@ -74,8 +75,10 @@ class H5File:
         self.root = root
 
     # -- bytes ------------------------------------------------------------------------------------
-    def _raw(self, pos: int, n: int) -> bytes:
+    def _raw(self, pos: int, n: int, meta: bool = True) -> bytes:
         intact(0 <= pos and n >= 0 and pos + n <= self.size, "read past the end of the file")
+        if meta:
+            self._spans.append((pos, n))
         self._budget -= n
         intact(self._budget >= 0, "metadata read more than twice over")
         self.f.seek(pos)
@@ -86,6 +89,24 @@ class H5File:
     def read(self, addr: int, n: int) -> bytes:
         need(addr != UNDEF, "undefined address")
         return self._raw(self.base + addr, n)
+
+    def read_data(self, addr: int, n: int) -> bytes:
+        """Bytes of a dataset's data (not metadata: not among the spans :meth:`overlaps_metadata` knows)."""
+        need(addr != UNDEF, "undefined address")
+        return self._raw(self.base + addr, n, meta=False)
+
+    def overlaps_metadata(self, offsets: np.ndarray, lengths: np.ndarray) -> bool:
+        """Whether any byte range (absolute ``offsets``, ``lengths``) overlaps the metadata read so
+        far: data of a valid file never does (a corrupt address can point chunks into a B-tree)."""
+        if not self._spans or not offsets.size:
+            return False
+        spans = np.array(sorted(self._spans), np.int64)
+        starts, ends = spans[:, 0], spans[:, 0] + spans[:, 1]
+        ends = np.maximum.accumulate(ends)  # merged: the furthest end reached by each start
+        offsets, lengths = np.asarray(offsets, np.int64), np.asarray(lengths, np.int64)
+        k = np.searchsorted(starts, offsets + lengths, side="left") - 1
+        hit = (k >= 0) & (lengths > 0)
+        return bool((ends[np.maximum(k, 0)][hit] > offsets[hit]).any())
 
     # -- object headers ---------------------------------------------------------------------------
     def header(self, addr: int) -> Header:

@@ -350,7 +350,7 @@ class NativeNode:
         if self.layout == "contiguous":
             if self.offset is None:
                 return np.zeros(n, el)
-            return np.frombuffer(self.h5.read(self.offset - self.h5.base, 16 * n), el, n)
+            return np.frombuffer(self.h5.read_data(self.offset - self.h5.base, 16 * n), el, n)
         grid = tuple(-(-s // c) for s, c in zip(self.shape, self.chunks or (), strict=True))
         flat, mask, off, size = self.chunk_index(grid)
         from refset.scan.hdf5.filters import hdf5_filters
@@ -364,7 +364,7 @@ class NativeNode:
         out = np.zeros(self.shape, el)
         chunks = tuple(self.chunks or ())
         for f, m, o, s in zip(flat.tolist(), mask.tolist(), off.tolist(), size.tolist(), strict=True):
-            buf: Any = self.h5.read(o - self.h5.base, s)
+            buf: Any = self.h5.read_data(o - self.h5.base, s)
             for k in reversed(range(len(decoders))):
                 if not m >> k & 1:  # bit k: filter k was skipped for this chunk (an optional one failed)
                     buf = decoders[k].decode(buf)

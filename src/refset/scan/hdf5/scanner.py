@@ -19,7 +19,7 @@ from refset.errors import InvalidFile, ReferenceNotReachable, Unsupported
 from refset.io.magic import HDF5_MAGIC, hdf5_superblock
 from refset.io.scanfile import ScanFile
 from refset.model.refset import ReferenceSet
-from refset.scan.hdf5.base import Broken, NotNative
+from refset.scan.hdf5.base import Broken, NotNative, intact
 from refset.scan.hdf5.isolated import H5PY_TIMEOUT
 from refset.scan.hdf5.walk import MAX_INLINE, Walker
 from refset.scan.writer import INLINE_THRESHOLD, DropList, SetWriter, common_options
@@ -130,6 +130,7 @@ class HDF5Scanner(Scanner):
             warnings.simplefilter("always")
             root = open_native(f, size, start, self.group, self.templates)
             Walker(out, drop, self.subchunk, self.max_inline).walk(root)
+            intact(not root.h5.overlaps_metadata(*out.ranges()), "data overlaps the file's metadata")
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         return out
