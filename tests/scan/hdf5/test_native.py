@@ -946,6 +946,6 @@ def test_chunk_data_pointing_into_metadata_is_refused(tmp_path: Path) -> None:
     child3 = leaf + 24 + 3 * (key + 8) + key  # the fourth chunk's address
     data[child3:child3 + 8] = leaf.to_bytes(8, "little")
     q.write_bytes(bytes(data))
-    assert refset.scan(q, native=False)["x/1.1"][1] == leaf  # h5py's listing takes the address as it is
+    assert refset.scan(q, native=False)["x/1.1"][:4] == b"TREE"  # h5py's listing takes the node as data
     with pytest.raises(InvalidFile, match=rf"^{q}: not a valid HDF5 file: data overlaps the file's metadata"):
         refset.scan(q)
