@@ -34,9 +34,11 @@ class HDF5Scanner(Scanner):
     read and stored for one variable whose chunks no codec decodes exactly), ``native`` (False: read
     every file through h5py), ``h5py_timeout`` (seconds the h5py walk of a local file may take, in a
     child process: a file libhdf5 hangs or crashes on is refused; None: in this process, no limit;
-    remote files are walked in this process, their reads under the byte layer's timeouts). An instance keeps the object headers it parsed, so that the next file
-    of a product repeating them byte for byte (but for data addresses) reuses the parse;
-    ``fallbacks`` counts the files the native reader declined, ``last_fallback`` says why.
+    remote files, and every file where there is no POSIX ``select`` on pipes (Windows), are walked in
+    this process, remote reads under the byte layer's timeouts). An instance keeps the object
+    headers it parsed, so that the next file of a product repeating them byte for byte (but for data
+    addresses) reuses the parse; ``fallbacks`` counts the files the native reader declined,
+    ``last_fallback`` says why.
     """
 
     name: ClassVar[str] = "hdf5"
@@ -89,7 +91,7 @@ class HDF5Scanner(Scanner):
                 self.last_fallback = f"{type(e).__name__}: {e}"
                 f.seek(0)
         path = getattr(f, "name", None)
-        if self.h5py_timeout is not None and isinstance(path, str) and os.path.isfile(path):
+        if self.h5py_timeout is not None and os.name == "posix" and isinstance(path, str) and os.path.isfile(path):
             from refset.scan.hdf5.isolated import walk_in_child
 
             writer, found = walk_in_child(path, url, self.config, self.h5py_timeout)
