@@ -182,3 +182,20 @@ def test_skip_on_a_cluster(days: list[Path], tmp_path: Path):
         with pytest.raises(InvalidReferences, match="every input failed"), warnings.catch_warnings():
             warnings.simplefilter("ignore", SkippedInputsWarning)
             refset.combine([inputs[1], inputs[6]], concat_dims="time", on_error="skip", client=client)
+
+
+def test_skip_keeps_each_inputs_index_for_coo_map(days: list[Path]):
+    """After a skip, per-input values, INDEX and callables still speak of each input's index among
+    all the inputs given (they were given the index among those left: input 2's data got input 1's
+    time), in one process as on a cluster."""
+    _truncate(days[1], 3000)
+    files = [str(d) for d in days[:3]]
+    times = [10, 20, 30]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SkippedInputsWarning)
+        for sel, want in ((lambda i, rs, name: times[i], [10, 30]), ("INDEX", [0, 2]),
+                          (np.array(times), [10, 30]), (times, [10, 30])):
+            rs = refset.combine(files, concat_dims="new", coo_map={"new": sel}, on_error="skip")
+            ds = xr.open_dataset(rs, engine="refset")
+            assert ds.new.values.tolist() == want, sel
+            np.testing.assert_array_equal(ds.a.isel(new=1).values.ravel(), np.arange(4) + 20)  # day 2's

@@ -147,16 +147,34 @@ def _warn_skipped(skipped: Sequence[Skipped], n: int) -> None:
 
 
 def _without(coo_map: Mapping[str, Selector] | None, gone: set[int], n: int) -> Mapping[str, Selector] | None:
-    """``coo_map`` with the values of skipped inputs taken out of its per-input lists."""
+    """``coo_map`` for the inputs left after skipping ``gone``: per-input values without theirs,
+    ``INDEX`` and callables still given each input's index among all the inputs."""
     if not coo_map:
         return coo_map
+    import numpy as np
+
+    kept = [i for i in range(n) if i not in gone]
     out = dict(coo_map)
     for dim, sel in coo_map.items():
-        if isinstance(sel, list | tuple) and len(sel) == n:
-            out[dim] = [v for i, v in enumerate(sel) if i not in gone]
+        if isinstance(sel, str):
+            if sel == "INDEX":
+                out[dim] = kept
+        elif isinstance(sel, list | tuple | np.ndarray) and len(sel) == n:
+            out[dim] = [sel[i] for i in kept]
+        elif callable(sel) and not hasattr(sel, "search"):
+            out[dim] = _Renumbered(sel, kept)
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class _Renumbered:
+    """A ``coo_map`` callable called with each input's index among all the inputs given."""
+
+    fn: Callable[[int, ReferenceSet, str], Any]
+    kept: list[int]
+
+    def __call__(self, i: int, rs: ReferenceSet, name: str) -> Any:
+        return self.fn(self.kept[i], rs, name)
 def _combine(inputs: SetStack, dims: list[str], identical_dims: Sequence[str],
              coo_map: Mapping[str, Selector] | None, coo_dtypes: Mapping[str, Any] | None,
              postprocess: Callable[[ReferenceSet], ReferenceSet] | None, check: bool,

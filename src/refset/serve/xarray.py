@@ -183,7 +183,8 @@ class RefsetArray(BackendArray):
         return got.astype(self.dtype) if self._cast else got
 
     async def async_getitem(self, key: Any) -> Any:
-        return await self._inner.async_getitem(key)  # type: ignore[no-untyped-call]  # xarray: unannotated
+        got = await self._inner.async_getitem(key)  # type: ignore[no-untyped-call]  # xarray: unannotated
+        return got.astype(self.dtype) if self._cast else got
 
     def _outer(self, key: tuple[Any, ...]) -> Any:
         """Values of an outer selection (slices, integers, 1-d integer arrays per axis)."""

@@ -949,3 +949,41 @@ def test_chunk_data_pointing_into_metadata_is_refused(tmp_path: Path) -> None:
     assert refset.scan(q, native=False)["x/1.1"][:4] == b"TREE"  # h5py's listing takes the node as data
     with pytest.raises(InvalidFile, match=rf"^{q}: not a valid HDF5 file: data overlaps the file's metadata"):
         refset.scan(q)
+
+
+def test_an_interrupted_h5py_walk_does_not_answer_the_next_file(tmp_path: Path) -> None:
+    """A walk interrupted in this process (Ctrl-C) while the child works: the child is stopped, so
+    its late answer cannot be taken for the next file's (the next scan got the first file's set
+    under its own name). And a forked process scans through a child of its own."""
+    import multiprocessing
+    import signal
+
+    h5py = pytest.importorskip("h5py")
+    many, one = tmp_path / "many.h5", tmp_path / "one.h5"
+    with h5py.File(many, "w", libver="earliest") as f:
+        for i in range(3000):
+            f.create_dataset(f"v{i}", data=np.arange(3), chunks=(3,))
+    with h5py.File(one, "w") as f:
+        f["temperature"] = np.arange(4.0)
+    refset.scan(one, native=False)  # the child started
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            refset.scan(many, native=False)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert sorted(refset.scan(one, native=False)) == [".zgroup", "temperature/.zarray", "temperature/.zattrs",
+                                                       "temperature/0"]
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:  # the parent's child and its spawner thread are not the fork's
+        assert pool.apply_async(_scan_keys, (str(one),)).get(timeout=60) == sorted(refset.scan(one, native=False))
+
+
+def _scan_keys(path: str) -> list[str]:
+    return sorted(refset.scan(path, native=False))

@@ -28,7 +28,8 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
-    if os.getppid() == 1:  # the parent died before the call
+    parent = os.environ.get("REFSET_PARENT_PID")
+    if parent is not None and str(os.getppid()) != parent:  # the parent died before the call
         os._exit(1)
 
 
@@ -37,11 +38,18 @@ def _serve() -> None:
     import warnings
 
     _die_with_parent()
+    # the replies get a descriptor of their own; fd 1 becomes stderr, so that nothing a library
+    # prints (C code included) lands among them
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    inp = sys.stdin.buffer
+    import h5py  # noqa: F401  (imported before "ready": the first file's deadline is its own)
+
     from refset.scan.hdf5.scanner import HDF5Scanner
     from refset.scan.writer import DropList
 
-    inp, out = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # nothing else may write into the replies
+    _reply(out, "ready")
     while True:
         head = inp.read(8)
         if len(head) < 8:
@@ -58,12 +66,16 @@ def _serve() -> None:
             reply = ("error", e)
         except Exception as e:  # libhdf5's own errors: named by the caller
             reply = ("error", f"cannot be scanned: {type(e).__name__}: {e}")
-        try:
-            data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as e:
-            data = pickle.dumps(("error", f"cannot be scanned: {type(e).__name__}: {e}"))
-        out.write(struct.pack("<Q", len(data)) + data)
-        out.flush()
+        _reply(out, reply)
+
+
+def _reply(out: Any, reply: Any) -> None:
+    try:
+        data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:
+        data = pickle.dumps(("error", f"cannot be scanned: {type(e).__name__}: {e}"))
+    out.write(struct.pack("<Q", len(data)) + data)
+    out.flush()
 
 
 if __name__ == "__main__":

@@ -37,18 +37,48 @@ __all__ = ["H5PY_TIMEOUT", "walk_in_child"]
 #: Seconds the h5py walk of one file may take before the file is refused (``Scan(h5py_timeout=)``).
 H5PY_TIMEOUT = 60.0
 
+#: Seconds a new child may take to start (import refset and h5py) before the walk stays in process.
+START_TIMEOUT = 120.0
+
 _lock = threading.Lock()
 _child: subprocess.Popen[bytes] | None = None
 _spawner: ThreadPoolExecutor | None = None
+_unusable = ""  # why no child can be started here (then walks stay in this process)
 
 
-def walk_in_child(path: str, url: str, options: dict[str, Any], timeout: float) -> tuple[Any, set[str]]:
+def _forget_after_fork() -> None:
+    """A forked process has none of its parent's threads: it starts its own child and spawner."""
+    global _lock, _child, _spawner
+    _lock, _child, _spawner = threading.Lock(), None, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def usable() -> bool:
+    """Whether walks can go to a child here (False once a child could not start: the caller then
+    walks in its own process)."""
+    return not _unusable
+
+
+def walk_in_child(path: str, url: str, options: dict[str, Any], timeout: float) -> tuple[Any, set[str]] | None:
     """(SetWriter, drop names found) of the h5py walk of the local file ``path``, named ``url``,
     with the scanner's ``options``; ``InvalidFile`` naming ``url`` when libhdf5 runs over
-    ``timeout`` seconds or dies."""
-    global _child
+    ``timeout`` seconds or dies; None when no child can start here (walk in this process)."""
+    global _child, _unusable
     with _lock:
-        child = _child if _child is not None and _child.poll() is None else _start()
+        child = _child if _child is not None and _child.poll() is None else None
+        if child is None:
+            try:
+                child = _start()
+            except _Gone as e:
+                import warnings
+
+                _unusable = str(e)
+                warnings.warn(f"refset: h5py walks run in this process, without a deadline: {e}", RuntimeWarning,
+                              stacklevel=4)
+                return None
         _child = child
         try:
             _send(child.stdin, (path, url, options))
@@ -57,6 +87,10 @@ def walk_in_child(path: str, url: str, options: dict[str, Any], timeout: float) 
             _child = None
             _stop(child)
             raise InvalidFile(f"{url}: {e}") from None
+        except BaseException:  # interrupted (Ctrl-C...): its reply would answer the next file's request
+            _child = None
+            _stop(child)
+            raise
     status, *rest = reply
     if status == "error":
         err = rest[0]
@@ -86,8 +120,22 @@ def _start() -> subprocess.Popen[bytes]:
 
         _spawner = ThreadPoolExecutor(1, thread_name_prefix="refset-h5py-child")
         atexit.register(_close)
-    return _spawner.submit(subprocess.Popen, [sys.executable, "-m", "refset.scan.hdf5.child"],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env).result()
+    try:
+        # -P: the working directory is not on the child's path (a stray h5py.py there would answer)
+        child = _spawner.submit(subprocess.Popen, [sys.executable, "-P", "-m", "refset.scan.hdf5.child"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                env={**env, "REFSET_PARENT_PID": str(os.getpid())}).result()
+    except OSError as e:
+        raise _Gone(f"no child process could be started ({e})") from None
+    try:
+        ready = _receive(child, START_TIMEOUT)
+    except _Gone as e:
+        _stop(child)
+        raise _Gone(f"its h5py child did not start ({e})") from None
+    if ready != "ready":
+        _stop(child)
+        raise _Gone(f"its h5py child did not start (it said {ready!r})")
+    return child
 
 
 def _close() -> None:
@@ -111,6 +159,12 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
     except OSError:
         pass
     child.wait()
+    for pipe in (child.stdin, child.stdout):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
 
 
 def _send(out: IO[bytes] | None, obj: Any) -> None:
@@ -124,26 +178,29 @@ def _send(out: IO[bytes] | None, obj: Any) -> None:
 
 
 def _receive(child: subprocess.Popen[bytes], timeout: float) -> Any:
-    """The child's next message, waiting at most ``timeout`` seconds for all of it."""
+    """The child's next message, waiting at most ``timeout`` seconds for all of it (its bytes go into
+    one buffer of the announced size: no copying as they come)."""
     assert child.stdout is not None
     fd = child.stdout.fileno()
     end = time.monotonic() + timeout
-    buf = b""
-    need = 8
-    size = None
-    while len(buf) < need:
+    head = bytearray(8)
+    _fill(child, fd, memoryview(head), end, timeout)
+    body = bytearray(struct.unpack("<Q", head)[0])
+    _fill(child, fd, memoryview(body), end, timeout)
+    return pickle.loads(body)
+
+
+def _fill(child: subprocess.Popen[bytes], fd: int, view: memoryview, end: float, timeout: float) -> None:
+    got = 0
+    while got < len(view):
         left = end - time.monotonic()
-        ready, _, _ = select.select([fd], [], [], max(left, 0))
+        ready, _, _ = select.select([fd], [], [], max(left, 0)) if left > 0 else ([], [], [])
         if not ready:
             raise _Gone(f"libhdf5 did not finish reading it within {timeout:g} s (h5py_timeout): the file "
                         "is refused")
-        part = os.read(fd, max(need - len(buf), 1 << 16))
-        if not part:
+        n = os.readv(fd, [view[got:]])
+        if not n:
             code = child.wait()
             how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
             raise _Gone(f"libhdf5 crashed reading it ({how}): the file is refused")
-        buf += part
-        if size is None and len(buf) >= 8:
-            size = struct.unpack("<Q", buf[:8])[0]
-            need = 8 + size
-    return pickle.loads(buf[8:need])
+        got += n

@@ -92,11 +92,12 @@ class HDF5Scanner(Scanner):
                 f.seek(0)
         path = getattr(f, "name", None)
         if self.h5py_timeout is not None and os.name == "posix" and isinstance(path, str) and os.path.isfile(path):
-            from refset.scan.hdf5.isolated import walk_in_child
+            from refset.scan.hdf5.isolated import usable, walk_in_child
 
-            writer, found = walk_in_child(path, url, self.config, self.h5py_timeout)
-            drop.found |= found
-            return writer  # type: ignore[no-any-return]
+            got = walk_in_child(path, url, self.config, self.h5py_timeout) if usable() else None
+            if got is not None:
+                drop.found |= got[1]
+                return got[0]  # type: ignore[no-any-return]
         import h5py  # not imported while the native reader suffices (~30 ms in each Dask worker)
 
         from refset.scan.hdf5.h5py_node import H5Node
