@@ -117,13 +117,12 @@ class Problem(str):
         return (type(self), self.parts)
 
 
-def located(err: RefsetError, where: str) -> RefsetError:
+def located(err: RefsetError, where: str, name: str | None = None) -> RefsetError:
     """``err`` as an error of the same type whose text starts with ``where`` (``"combine: input 3
-    ('f3.json')"``), unless it already names it (what ``where`` quotes, or its whole text);
-    ``err`` itself when its type cannot be remade so (its text is then left as it is)."""
+    ('f3.json')"``), unless its text names ``name`` (default: ``where``) already; ``err`` itself
+    when its type cannot be remade so (its text is then left as it is)."""
     text = str(err)
-    quoted = where.partition("(")[2].rstrip(")").strip("'\"")
-    if where in text or (quoted and quoted in text):
+    if (where if name is None else name) in text:
         return err
     if isinstance(err, InvalidReferences):
         out: RefsetError = type(err)([f"{where}: {p}" for p in err.problems])

@@ -12,7 +12,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from refset.combine.coords import coordinates
-from refset.combine.inputs import Skipped, absolute, expand_lists, open_input, open_inputs, warn_unused
+from refset.combine.inputs import (
+    Skipped,
+    absolute,
+    all_failed,
+    expand_lists,
+    open_input,
+    open_inputs,
+    warn_unused,
+)
 from refset.combine.placement import Combiner
 from refset.errors import InvalidReferences, OptionRef, Problem, RefsetError
 from refset.formats.json.batch import NotBatch, read_documents
@@ -110,40 +118,40 @@ def combine(
                                  progress=progress, scan_options=sc, concurrency=concurrency, scan=scan,
                                  skipped=skipped)
         _check_identical(identical_dims, list(out.grids))
-        if skipped:
-            _warn_skipped(skipped, len(items))
-            out = with_root_attrs(out, {SKIPPED_ATTR: [dataclasses.asdict(s) for s in skipped]})
-        return postprocess(out) if postprocess is not None else out
+        return _finished(out, skipped, len(items), postprocess)
     run = scan or Scan(**sc)  # one run for the data files: files of one product share parsed headers
     opened, unused = open_inputs(items, storage_options=so, scan=run, concurrency=concurrency, progress=progress,
                                  skipped=skipped)
     warn_unused(unused)
     if skipped:
-        _warn_skipped(skipped, len(items))
         if not opened:
-            raise InvalidReferences(f"combine: every input failed; the first: {skipped[0].error}")
+            raise all_failed(skipped)
         coo_map = _without(coo_map, {s.index for s in skipped}, len(items))
     sets = [rs for rs, _ in opened]
     names = [n for _, n in opened]
     if preprocess is not None:
         sets = [preprocess(rs) for rs in sets]
     out = _combine(SetStack.from_sets(sets, names), dims, identical_dims, coo_map, coo_dtypes, None, check, ro)
-    if skipped:
-        out = with_root_attrs(out, {SKIPPED_ATTR: [dataclasses.asdict(s) for s in skipped]})
-    return postprocess(out) if postprocess is not None else out
+    return _finished(out, skipped, len(items), postprocess)
 
 
 #: The root attribute listing the inputs ``on_error="skip"`` left out (index, name, error).
 SKIPPED_ATTR = "refset_skipped_inputs"
 
 
-def _warn_skipped(skipped: Sequence[Skipped], n: int) -> None:
-    import warnings
+def _finished(out: ReferenceSet, skipped: Sequence[Skipped] | None, n: int,
+              postprocess: Callable[[ReferenceSet], ReferenceSet] | None) -> ReferenceSet:
+    """The combined set, the inputs ``on_error="skip"`` left out warned of and listed in its root
+    attributes, then ``postprocess``."""
+    if skipped:
+        import warnings
 
-    lines = "".join(f"\n  {s.error}" for s in skipped[:20]) + (
-        f"\n  ... and {len(skipped) - 20} more" if len(skipped) > 20 else "")
-    warnings.warn(f"combine: {len(skipped)} of {n} inputs skipped (on_error='skip'):{lines}",
-                  SkippedInputsWarning, stacklevel=3)
+        lines = "".join(f"\n  {s.error}" for s in skipped[:20]) + (
+            f"\n  ... and {len(skipped) - 20} more" if len(skipped) > 20 else "")
+        warnings.warn(f"combine: {len(skipped)} of {n} inputs skipped (on_error='skip'):{lines}",
+                      SkippedInputsWarning, stacklevel=3)
+        out = with_root_attrs(out, {SKIPPED_ATTR: [dataclasses.asdict(s) for s in skipped]})
+    return postprocess(out) if postprocess is not None else out
 
 
 def _without(coo_map: Mapping[str, Selector] | None, gone: set[int], n: int) -> Mapping[str, Selector] | None:

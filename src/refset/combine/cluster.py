@@ -174,9 +174,9 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
     if skipped is not None:
         skipped.extend(x for part in parts for x in part[3])
         if not where:
-            from refset.errors import InvalidReferences
+            from refset.combine.inputs import all_failed
 
-            raise InvalidReferences(f"combine: every input failed; the first: {skipped[0].error}")
+            raise all_failed(skipped)
     n = len(where)
     target = {d: info[0][k][1] for k, d in enumerate(dims) if is_cf_time(info[0][k][1])}
     keys = []

@@ -13,7 +13,7 @@ from refset.errors import InvalidReferences, RefsetError, Unsupported, located
 from refset.model.refset import ReferenceSet
 from refset.scan import Scan, UnusedDropWarning
 
-__all__ = ["ListItem", "Skipped", "absolute", "expand_lists", "input_name", "open_input", "open_inputs",
+__all__ = ["ListItem", "Skipped", "absolute", "all_failed", "expand_lists", "input_name", "open_input", "open_inputs",
            "warn_unused"]
 
 
@@ -145,6 +145,11 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
     return load(url, storage_options=storage_options), url
 
 
+def all_failed(skipped: Sequence[Skipped]) -> InvalidReferences:
+    """The error when ``on_error="skip"`` left no input."""
+    return InvalidReferences(f"combine: every input failed; the first: {skipped[0].error}")
+
+
 def input_name(x: Any, index: int) -> str:
     """How errors name input ``index``: its path or URL, else its position."""
     return os.fspath(x) if isinstance(x, str | os.PathLike) else x.name if isinstance(x, ListItem) else f"input {index}"
@@ -172,7 +177,7 @@ def open_inputs(items: Sequence[Any], start: int = 0, *, storage_options: Mappin
 
     def fail(i: int, e: RefsetError | FileNotFoundError) -> None:
         name = input_name(items[i], start + i)
-        err = located(e, f"combine: input {start + i} ({name!r})") if isinstance(e, RefsetError) else e
+        err = located(e, f"combine: input {start + i} ({name!r})", name) if isinstance(e, RefsetError) else e
         if skipped is None:
             if err is e:
                 raise e

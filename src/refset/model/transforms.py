@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from refset.model.refset import ReferenceSet
-from refset.model.table import union_urls
+from refset.model.table import KeyTable, union_urls
 
 __all__ = ["rename_urls", "with_root_attrs", "with_zarr_format"]
 
@@ -35,9 +35,8 @@ def with_zarr_format(rs: ReferenceSet, zarr_format: int) -> ReferenceSet:
     """``rs`` with every array's and group's metadata in zarr format ``zarr_format`` (2 or 3): arrays
     translated by :class:`~refset.model.metadata.ArrayMetadata`, groups' ``.zgroup``/``.zattrs`` and
     ``zarr.json`` into each other; chunk keys keep their spelling, chunk tables are shared."""
-    import json
 
-    from refset.errors import InvalidReferences, Unsupported
+    from refset.errors import Unsupported
     from refset.model.array import Array
 
     if zarr_format not in (2, 3):
@@ -54,13 +53,7 @@ def with_zarr_format(rs: ReferenceSet, zarr_format: int) -> ReferenceSet:
         head, _, name = key.rpartition("/")
         if name not in (".zgroup", ".zattrs", "zarr.json") or head in arrays:
             continue
-        data = other.data[i]
-        if data is None:
-            raise Unsupported(f"{key!r}: group metadata stored in a file cannot be translated")
-        try:
-            doc = json.loads(data)
-        except ValueError as e:
-            raise InvalidReferences(f"{key!r}: not JSON ({e})") from None
+        doc = _group_document(other, i, key, "translated")
         g = groups.setdefault(head, {})
         if name == ".zgroup" or (name == "zarr.json" and isinstance(doc, dict) and doc.get("node_type") == "group"):
             g.setdefault("attributes", {})
@@ -86,9 +79,8 @@ def with_zarr_format(rs: ReferenceSet, zarr_format: int) -> ReferenceSet:
 def with_root_attrs(rs: ReferenceSet, attrs: Mapping[str, object]) -> ReferenceSet:
     """``rs`` with ``attrs`` added to its root group's attributes (``.zattrs``, or the attributes of
     a zarr v3 ``zarr.json``), replacing those of the same names."""
-    import json
 
-    from refset.errors import InvalidReferences, Unsupported
+    from refset.errors import InvalidReferences
 
     rs = rs.loaded()
     other = rs.other
@@ -97,15 +89,10 @@ def with_root_attrs(rs: ReferenceSet, attrs: Mapping[str, object]) -> ReferenceS
     i = other.find(name)
     doc: dict[str, object] = {}
     if i >= 0:
-        data = other.data[i]
-        if data is None:
-            raise Unsupported(f"{name!r}: root attributes stored in a file cannot be changed")
-        try:
-            doc = json.loads(data)
-        except ValueError as e:
-            raise InvalidReferences(f"{name!r}: not JSON ({e})") from None
-        if not isinstance(doc, dict):
+        got = _group_document(other, i, name, "changed")
+        if not isinstance(got, dict):
             raise InvalidReferences(f"{name!r}: not a JSON object")
+        doc = got
     if v3:
         old = doc.get("attributes")
         doc = {**doc, "attributes": {**(old if isinstance(old, dict) else {}), **attrs}}
@@ -117,3 +104,19 @@ def with_root_attrs(rs: ReferenceSet, attrs: Mapping[str, object]) -> ReferenceS
     rest = other.without_rows(np.asarray([i], np.int64))
     return ReferenceSet.from_arrays(metadata, dict(rs.arrays), rs.urls, other=rest, validate=False,
                                     info=rs.format_info())
+
+
+def _group_document(other: KeyTable, i: int, key: str, what: str) -> object:
+    """The parsed JSON of group document ``key`` (row ``i`` of ``other``), which must be inline to be
+    ``what`` ("translated", "changed")."""
+    import json
+
+    from refset.errors import InvalidReferences, Unsupported
+
+    data = other.data[i]
+    if data is None:
+        raise Unsupported(f"{key!r}: group metadata stored in a file cannot be {what}")
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        raise InvalidReferences(f"{key!r}: not JSON ({e})") from None

@@ -783,6 +783,17 @@ def test_a_huge_never_written_dataset_is_counted_not_allocated(tmp_path: Path, n
     assert shape == [2**62] and count == 0 and tail == 21
 
 
+def _eight_chunks(q: Path) -> tuple[Path, bytearray, int]:
+    """A dataset ``x`` of 80 int32 in 8 unfiltered chunks (a v1 B-tree of one leaf) written to ``q``:
+    (q, its bytes, the position of the second chunk's key: size, filter mask, offsets)."""
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(q, "w", libver="earliest") as f:
+        f.create_dataset("x", data=np.arange(80, dtype="i4"), chunks=(10,))
+    data = bytearray(q.read_bytes())
+    leaf = next(a for a, level in _btree_nodes(bytes(data), 1) if level == 0)
+    return q, data, leaf + 24 + (24 + 8)  # after the node's header, the first key and its child address
+
+
 @pytest.mark.parametrize("how", ["twice", "off the grid"])
 def test_chunk_keys_libhdf5_would_not_find_are_refused(tmp_path: Path, how: str) -> None:
     """A chunk key repeated in the B-tree, or not on the chunk grid: libhdf5 lists the chunk but its
@@ -791,12 +802,7 @@ def test_chunk_keys_libhdf5_would_not_find_are_refused(tmp_path: Path, how: str)
     from refset.errors import InvalidFile
 
     h5py = pytest.importorskip("h5py")
-    q = tmp_path / "keys.h5"
-    with h5py.File(q, "w", libver="earliest") as f:
-        f.create_dataset("x", data=np.arange(80, dtype="i4"), chunks=(10,))
-    data = bytearray(q.read_bytes())
-    leaf = next(a for a, level in _btree_nodes(bytes(data), 1) if level == 0)
-    key1 = leaf + 24 + (24 + 8)  # the second key: after the first key and its child address
+    q, data, key1 = _eight_chunks(tmp_path / "keys.h5")
     data[key1 + 8:key1 + 16] = (0 if how == "twice" else 13).to_bytes(8, "little")
     q.write_bytes(bytes(data))
     if how == "twice":
@@ -914,13 +920,7 @@ def test_an_unfiltered_chunk_of_the_wrong_size_is_refused(tmp_path: Path, size: 
     variable and the chunk, on both readers."""
     from refset.errors import InvalidFile
 
-    h5py = pytest.importorskip("h5py")
-    q = tmp_path / "size.h5"
-    with h5py.File(q, "w", libver="earliest") as f:
-        f.create_dataset("x", data=np.arange(80, dtype="i4"), chunks=(10,))
-    data = bytearray(q.read_bytes())
-    leaf = next(a for a, level in _btree_nodes(bytes(data), 1) if level == 0)
-    key1 = leaf + 24 + (24 + 8)  # the second chunk's key starts with its size
+    q, data, key1 = _eight_chunks(tmp_path / "size.h5")  # the second chunk's key starts with its size
     assert int.from_bytes(data[key1:key1 + 4], "little") == 40
     data[key1:key1 + 4] = size.to_bytes(4, "little")
     q.write_bytes(bytes(data))
