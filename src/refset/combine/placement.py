@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from refset.combine.coords import Coordinate
-from refset.combine.decoding import (
+from refset.model.decoding import (
     attrs_difference,
     bounds_parent,
     calendars_needing_dates,
