@@ -69,3 +69,21 @@ def test_v3_sets_read_and_combine_like_v2(tmp_path: Path) -> None:
         assert refset.load(out).to_dict() == combined.to_dict(), fmt
     with pytest.raises(refset.errors.Unsupported, match=r"zarr format 3 in input .* differs from 2"):
         refset.combine([v2[0], v3[1]], concat_dims="time")
+
+
+def test_compound_without_fill_value_reads_in_zarr_v3(tmp_path: Path) -> None:
+    """A compound variable with no fill value gets v3's zero fill as ``itemsize`` zero bytes in
+    base64 (it was ``""``, which zarr-python cannot view as a record: the array did not open)."""
+    zarr = pytest.importorskip("zarr")
+    path = tmp_path / "c.nc"
+    with nc4.Dataset(path, "w") as ds:
+        ds.createDimension("x", 3)
+        ct = ds.createCompoundType(np.dtype([("a", "<i2"), ("b", "<f8")]), "pair")
+        v = ds.createVariable("p", ct, ("x",), fill_value=False)
+        v[:] = np.array([(1, 0.5), (2, 1.5), (3, 2.5)], dtype=[("a", "<i2"), ("b", "<f8")])
+    v3 = with_zarr_format(refset.scan(str(path)), 3)
+    assert json.loads(v3["p/zarr.json"])["fill_value"] == "AAAAAAAAAAAAAA=="  # 10 zero bytes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = zarr.open_group(refset.ZarrStore(v3), mode="r", zarr_format=3)["p"][...]
+    assert got.tolist() == [(1, 0.5), (2, 1.5), (3, 2.5)]

@@ -177,8 +177,12 @@ def xarray_fill_value(attr: Any, dt: np.dtype[Any]) -> Any:
     return attr
 
 
-def v3_default_fill(data_type: Any) -> Any:
+def v3_default_fill(data_type: Any, itemsize: int = 0) -> Any:
+    """v3's fill value of ``data_type`` when v2 had none: zeros (a structured type's ``itemsize``
+    zero bytes, base64-encoded: zarr-python reads ``""`` as no bytes and cannot view them as a record)."""
     name = data_type.get("name") if isinstance(data_type, Mapping) else data_type
+    if name == "structured":
+        return base64.standard_b64encode(bytes(itemsize)).decode()
     if name == "bool":
         return False
     if name in ("float16", "float32", "float64"):

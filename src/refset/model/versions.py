@@ -129,7 +129,7 @@ def v2_to_v3(doc: Mapping[str, Any], dt: np.dtype[Any], g: ChunkGrid, attributes
     attrs = dict(attributes)
     fill = fill_of(doc.get("fill_value"), dt)
     if fill is None:
-        fill3 = v3_default_fill(data_type)
+        fill3 = v3_default_fill(data_type, dt.itemsize)
     else:
         fill3 = v3_fill(fill, dt, data_type)
         attrs["_FillValue"] = xarray_fill_attr(fill, dt)
