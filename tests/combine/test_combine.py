@@ -216,6 +216,24 @@ def test_refusals_name_the_variable_and_the_input(tmp_path: Path) -> None:
         combine([a, b], concat_dims="member", coo_map={"member": [1, 2, 3]})
 
 
+def test_inputs_spelling_chunk_keys_differently_combine(tmp_path: Path) -> None:
+    """The chunk keys' separator is spelling, not layout: a set of '/' keys (an archive written back
+    from zarr v3) combines with sets of '.' keys, the output spelled as its first input."""
+    files = _days(tmp_path, 3)
+    slash = {}
+    for k, v in refset.scan(files[1]).to_dict().items():
+        head, _, leaf = k.rpartition("/")
+        if leaf == ".zarray":
+            v = json.dumps({**json.loads(v), "dimension_separator": "/"})
+        elif head and not leaf.startswith("."):
+            leaf = leaf.replace(".", "/")
+        slash[f"{head}/{leaf}" if head else leaf] = v
+    rs = combine([files[0], refset.load(slash), files[2]], concat_dims="time")
+    assert rs.grids["v"].separator == "."
+    xr.testing.assert_identical(refset.open_dataset(rs).load(), refset.open_dataset(
+        combine(files, concat_dims="time")).load())
+
+
 def test_append_is_combining_with_the_existing_set(tmp_path: Path) -> None:
     files = _days(tmp_path, 4)
     out = tmp_path / "all.json"

@@ -9,6 +9,9 @@ from typing import Any
 import numpy as np
 
 from refset.combine.coords import Coordinate
+from refset.combine.values import attributes_of, read_arrays
+from refset.errors import InvalidReferences, Unsupported
+from refset.model.array import Array
 from refset.model.decoding import (
     attrs_difference,
     bounds_parent,
@@ -18,9 +21,6 @@ from refset.model.decoding import (
     same_calendar_after_1582,
     time_encoding,
 )
-from refset.combine.values import attributes_of, read_arrays
-from refset.errors import InvalidReferences, Unsupported
-from refset.model.array import Array
 from refset.model.dtypes import dtype_json
 from refset.model.inline import positions_in
 from refset.model.metadata import ArrayMetadata
@@ -197,8 +197,7 @@ class Combiner:
             "codecs": (decoding_codecs(other), decoding_codecs(meta)),
             "fill_value": (other.fill_value, meta.fill_value),
             "order": (other.order, meta.order),
-            "dimension_separator": (other.grid.separator, meta.grid.separator),
-        }
+        }  # not the chunk keys' separator: tables are by chunk index, the output spells keys as the first input
         for field, (got, want) in fields.items():
             if got != want and not (field == "fill_value" and _same_nan(got, want)):
                 if field == "codecs":  # e.g. zlib levels 2 and 6 are one decoder: not a difference
