@@ -18,6 +18,7 @@ from refset.options import Limits
 
 if TYPE_CHECKING:
     from refset.combine import combine
+    from refset.combine.append import append
     from refset.formats import load, save
     from refset.model.keys import ChunkGrid
     from refset.model.refset import ReferenceSet
@@ -35,6 +36,7 @@ __all__ = [
     "save",
     "scan",
     "combine",
+    "append",
     "ReferenceSet",
     "ChunkTable",
     "KeyTable",
@@ -57,6 +59,7 @@ _HOME = {
     "save": "refset.formats",
     "scan": "refset.scan",
     "combine": "refset.combine",
+    "append": "refset.combine.append",
     "ReferenceSet": "refset.model.refset",
     "ChunkTable": "refset.model.table",
     "KeyTable": "refset.model.table",

@@ -28,7 +28,7 @@ class Option:
     """One writer option: its name, type and allowed values, checked by ``save`` and the CLI alike."""
 
     name: str
-    kind: type  # int, float, bool or str
+    kind: type  # int, float, bool, str (one of ``choices``; any text when there are none) or dict
     help: str
     minimum: float | None = None
     maximum: float | None = None
@@ -39,6 +39,10 @@ class Option:
         """What the option takes, in words."""
         if self.kind is bool:
             text = "true or false"
+        elif self.kind is dict:
+            text = "a mapping (JSON on the command line)"
+        elif self.kind is str and not self.choices:
+            text = "text"
         elif self.choices:
             text = "one of " + ", ".join(self.choices)
         else:
@@ -60,7 +64,9 @@ class Option:
         if self.kind is bool:
             ok = isinstance(value, bool)
         elif self.kind is str:
-            ok = isinstance(value, str) and value in self.choices
+            ok = isinstance(value, str) and (not self.choices or value in self.choices)
+        elif self.kind is dict:
+            ok = isinstance(value, Mapping) and all(isinstance(k, str) for k in value)
         elif self.kind is int:
             ok = isinstance(value, int) and not isinstance(value, bool)
         elif self.kind is float:
@@ -81,7 +87,14 @@ class Option:
         if self.kind is bool:
             value = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}.get(t, text)
         elif self.kind is str:
-            value = t
+            value = t if self.choices else text
+        elif self.kind is dict:
+            import json
+
+            try:
+                value = json.loads(text)
+            except ValueError:
+                pass
         else:
             try:
                 value = self.kind(t)
@@ -99,6 +112,8 @@ class StoredForm(ABC):
         How ``save(format=)`` and the command line name it, and what it is in words.
     suffixes
         Destination names that ask for it (the longest match wins: ``.v1.json`` before ``.json``).
+    prefixes
+        Destination URLs that ask for it by their scheme (``icechunk://PATH``), whatever their suffix.
     magic
         What its files start with (documentation; detection reads the content).
     directory
@@ -110,6 +125,9 @@ class StoredForm(ABC):
         of metadata stored in files), not only zarr metadata and chunks.
     verbatim_metadata
         It keeps metadata documents byte for byte (else as parsed JSON, written again compactly).
+    readable
+        Its sets are read back by refset (a written-only form, such as an Icechunk repository, is read by
+        its own library; the conformance suite :class:`refset.testing.FormTests` is for readable forms).
     parts
         It holds variables made of parts (see docs/formats.md); no form does yet.
     options
@@ -119,12 +137,14 @@ class StoredForm(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     suffixes: ClassVar[tuple[str, ...]]
+    prefixes: ClassVar[tuple[str, ...]] = ()
     magic: ClassVar[tuple[bytes, ...]] = ()
     directory: ClassVar[bool] = False
     zarr_v3: ClassVar[bool] = True
     other_keys: ClassVar[bool] = True
     verbatim_metadata: ClassVar[bool] = True
     parts: ClassVar[bool] = False
+    readable: ClassVar[bool] = True
     options: ClassVar[tuple[Option, ...]] = ()
 
     @abstractmethod

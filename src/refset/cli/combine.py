@@ -19,6 +19,7 @@ from refset.cli.common import (
     _json_arg,
     _pair,
     _refuse_existing,
+    _remote,
     _save,
     _scan_options,
     _summary,
@@ -102,7 +103,10 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
     ro = _json_arg(a.remote_options, "--remote-options") if a.remote_options is not None else None
     options = _writer_options(a, a.output)
     coo_map, coo_dtypes = _coo_map(a.coo_map), _coo_dtypes(a.coo_dtype)
-    if a.append and os.path.exists(a.output):
+    icechunk = _icechunk_output(a, options, ro, so)
+    if icechunk is not None:
+        inputs = [icechunk, *inputs]
+    elif a.append and os.path.exists(a.output):
         inputs = [a.output, *inputs]
     else:
         _refuse_existing(a, [a.output])
@@ -127,7 +131,12 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
         bar.close()
         if client is not None:
             client.close()  # and the embedded cluster with it
-    _save(rs, a.output, a, options, so)
+    if icechunk is not None:
+        from refset.formats.icechunk.writer import append
+
+        append(rs, a.output, a.concat_dim[0], storage_options=so if _remote(a.output) else None, **options)
+    else:
+        _save(rs, a.output, a, options, so)
     skipped = _skipped(rs)
     if not a.quiet:
         extra = ", ".join(x for x in (_costs(run), f"{len(skipped)} skipped" if skipped else "") if x)
@@ -135,6 +144,33 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
         for s in skipped:
             sys.stderr.write(f"skipped input {s['index']}: {s['error']}\n")
     return EXIT_OK
+
+
+def _icechunk_output(a: argparse.Namespace, options: dict[str, Any], ro: dict[str, Any] | None,
+                     so: dict[str, Any]) -> Any:
+    """For an Icechunk output: the data files' options go to its virtual chunk containers (unless
+    ``-O remote_options=`` says otherwise); with ``--append`` and a repository there, its view
+    (metadata and coordinates) to put first among the inputs; None otherwise. A repository there
+    without ``--append`` is a :class:`UsageError` before any work."""
+    from refset.formats.registry import by_name, for_dest
+
+    spec = by_name(a.format) if a.format is not None else for_dest(a.output)
+    if spec.name != "icechunk":
+        return None
+    from refset.formats.icechunk import archive_view
+    from refset.formats.icechunk.repo import exists
+    if ro is not None:
+        options.setdefault("remote_options", ro)
+    dest_so = so if _remote(a.output) else None
+    if not exists(a.output, dest_so):
+        return None
+    if not a.append:
+        raise UsageError(f"output {a.output}: an Icechunk repository exists there; give --append to add the "
+                         "inputs to it in a new commit")
+    if len(a.concat_dim) != 1:
+        raise UsageError("--append to an Icechunk repository takes one --concat-dim")
+    return archive_view(a.output, a.concat_dim[0], branch=options.get("branch", "main"), storage_options=dest_so,
+                        remote_options=options.get("remote_options"))
 
 
 def _skipped(rs: Any) -> list[dict[str, Any]]:

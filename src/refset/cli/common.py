@@ -94,6 +94,10 @@ def _check_args(a: argparse.Namespace) -> None:
 def _check_protocol(url: str) -> None:
     if "://" not in url:
         return
+    if url.lower().startswith("icechunk://"):  # a stored form's scheme: the repository's own URL follows
+        url = url[len("icechunk://"):]
+        if "://" not in url:
+            return
     from fsspec.registry import get_filesystem_class, known_implementations
 
     for part in url.split("::"):

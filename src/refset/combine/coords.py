@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from refset.model.decoding import calendar, decoding_attrs, is_time_units, same_calendar_after_1582
 from refset.combine.values import attributes_of, read_arrays
 from refset.errors import InvalidReferences, OptionRef, Problem, Unsupported
+from refset.model.decoding import calendar, decoding_attrs, is_time_units, same_calendar_after_1582
 from refset.model.stack import SetStack
 
 __all__ = ["Coordinate", "coordinates", "reencode", "is_cf_time"]

@@ -71,11 +71,12 @@ ENTRY_POINTS = "refset.formats"
 
 
 def _builtin() -> dict[str, StoredForm]:
+    from refset.formats.icechunk import IcechunkForm
     from refset.formats.json import JsonForm, JsonV1Form
     from refset.formats.packed import PackedForm
     from refset.formats.parquet import ParquetForm
 
-    return {f.name: f for f in (JsonForm(), JsonV1Form(), ParquetForm(), PackedForm())}
+    return {f.name: f for f in (JsonForm(), JsonV1Form(), ParquetForm(), PackedForm(), IcechunkForm())}
 
 
 #: The built-in stored forms by name (:func:`forms` adds the installed ones).
@@ -123,6 +124,9 @@ def for_dest(dest: str, *, strict: bool = False) -> StoredForm:
     ``strict`` (the command line): a name whose suffix no format knows (``out.xyz``) raises
     :class:`InvalidOption` naming the known suffixes; a name without a suffix is still JSON.
     """
+    for spec in forms().values():
+        if dest.lower().startswith(spec.prefixes or ("\0",)):
+            return spec
     name = _strip_compression(dest.rstrip("/")).lower()  # suffixes in any case: OUT.JSON
     matches = [(len(x), spec) for spec in forms().values() for x in spec.suffixes if name.endswith(x)]
     if matches:  # the longest suffix: out.v1.json is Version 1
@@ -169,6 +173,9 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
                      ) -> tuple[StoredForm, bytes | None]:
     """:func:`detect`, and for a remote file its first ``HEAD_SIZE`` bytes (all of it when shorter),
     which the reader takes instead of asking for them again."""
+    for spec in forms().values():
+        if source.lower().startswith(spec.prefixes or ("\0",)):
+            return spec, None
     if source.rstrip("/").rsplit("/", 1)[-1] == ".zmetadata":
         _refuse_zmetadata(source, storage_options)
     local = _local(source, storage_options)

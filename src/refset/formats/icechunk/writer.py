@@ -1,0 +1,331 @@
+"""A reference set written into an Icechunk repository: zarr v3 metadata for every group and array,
+every byte range a virtual chunk, inline chunks as native chunks, one commit.
+
+:func:`write` makes a new repository; :func:`append` adds a set that :mod:`refset.combine` made from
+the repository's :func:`~refset.formats.icechunk.view.archive_view` and new inputs along one
+dimension: the rows past the archive's, in a new commit on the branch (nothing is written when a
+check fails: an uncommitted session is dropped).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from refset.errors import Unsupported
+from refset.formats.icechunk.repo import (
+    container_prefixes,
+    exists,
+    import_icechunk,
+    inner,
+    location,
+    open_repository,
+)
+from refset.model.decoding import attrs_difference, decoding_attrs
+from refset.model.table import INLINE, RANGE, WHOLE
+from refset.model.transforms import with_zarr_format
+
+if TYPE_CHECKING:
+    from refset.model.refset import ReferenceSet
+
+__all__ = ["write", "append", "BATCH", "put_documents", "get_document"]
+
+#: Virtual chunk specs handed to Icechunk at a time (bounds the Python objects alive at once).
+BATCH = 200_000
+
+_DEFAULT_KEYS = {"name": "default", "configuration": {"separator": "/"}}
+
+
+@dataclass(frozen=True)
+class _Plan:
+    rs: ReferenceSet  # zarr v3 metadata
+    arrays: dict[str, dict[str, Any]]  # path -> zarr.json as written
+    groups: dict[str, dict[str, Any]]  # path ("" the root) -> zarr.json
+    locations: list[str]  # the set's URL table as Icechunk reads it
+    prefixes: list[str]
+
+
+def _plan(rs: ReferenceSet) -> _Plan:
+    """Everything checked and translated before anything is written."""
+    rs3 = with_zarr_format(rs.loaded(), 3)
+    arrays: dict[str, dict[str, Any]] = {}
+    for p, m in rs3.metadata.items():
+        dt = m.dtype
+        if dt.fields and any(f[0].byteorder == ">" for f in dt.fields.values()):
+            raise Unsupported(f"{p}: a compound data type with big-endian fields ({dt}): zarr v3's structured "
+                              "data type has no byte order per field, and zarr-python reads such values swapped")
+        adoc = dict(m.document)
+        if adoc.get("chunk_grid", {}).get("name") != "regular":
+            raise Unsupported(f"{p}: chunk grid {adoc.get('chunk_grid')!r}: Icechunk holds regular grids only")
+        adoc["chunk_key_encoding"] = _DEFAULT_KEYS  # Icechunk addresses chunks by index, spelled c/i/j
+        arrays[p] = adoc
+    groups: dict[str, dict[str, Any]] = {}
+    other = rs3.other
+    for key in other.keys.tolist():
+        head, _, name = key.rpartition("/")
+        try:
+            doc: Any = json.loads(_bytes_of(rs3[key])) if name == "zarr.json" else None
+        except ValueError:
+            doc = None
+        if not (isinstance(doc, dict) and doc.get("node_type") == "group"):
+            raise Unsupported(f"key {key!r} is not zarr metadata: an Icechunk repository holds zarr groups and "
+                              "arrays only (no plain keys)")
+        groups[head] = doc
+    groups.setdefault("", {"zarr_format": 3, "node_type": "group", "attributes": {}})
+    for p in arrays:  # every parent of an array is a group
+        parts = p.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            groups.setdefault("/".join(parts[:i]), {"zarr_format": 3, "node_type": "group", "attributes": {}})
+    used = _used_urls(rs3)
+    locations = [location(u) if i in used else "" for i, u in enumerate(rs3.urls)]
+    return _Plan(rs3, arrays, groups, locations, container_prefixes(loc for loc in locations if loc))
+
+
+def _bytes_of(ref: Any) -> bytes:
+    if isinstance(ref, bytes | bytearray | memoryview):
+        return bytes(ref)
+    raise Unsupported(f"a group document stored as a reference {ref!r}: read it into the set first")
+
+
+def _used_urls(rs: ReferenceSet) -> set[int]:
+    used: set[int] = set()
+    for p in rs.grids:
+        t = rs.table(p)
+        kind, pid = t.kind, t.path_id
+        used.update(np.unique(pid[(kind == RANGE) | (kind == WHOLE)]).tolist())
+    return used
+
+
+def _sync(coro: Any) -> Any:
+    from zarr.core.sync import sync
+
+    return sync(coro)
+
+
+def put_documents(store: Any, docs: Mapping[str, bytes]) -> None:
+    """Write ``{key: bytes}`` into a zarr store (its metadata and native chunks), concurrently."""
+    import asyncio
+
+    from zarr.core.buffer import default_buffer_prototype
+
+    buf = default_buffer_prototype().buffer
+
+    async def put() -> None:
+        await asyncio.gather(*(store.set(k, buf.from_bytes(v)) for k, v in docs.items()))
+
+    if docs:
+        _sync(put())
+
+
+def get_document(store: Any, key: str) -> bytes | None:
+    """The bytes at ``key`` of a zarr store, None when absent."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    got = _sync(store.get(key, prototype=default_buffer_prototype()))
+    return None if got is None else bytes(got.to_bytes())
+
+
+def _chunk_key(path: str, index: Sequence[int]) -> str:
+    return f"{path}/c" + "".join(f"/{i}" for i in index)
+
+
+def _whole_sizes(rs: ReferenceSet, plan: _Plan, remote_options: Mapping[str, Any]) -> dict[int, int]:
+    """The sizes of the files referenced whole (Icechunk takes offset and length)."""
+    ids: set[int] = set()
+    for p in rs.grids:
+        t = rs.table(p)
+        ids.update(np.unique(t.path_id[t.kind == WHOLE]).tolist())
+    out = {}
+    for i in ids:
+        url = rs.urls[i]
+        if "://" not in url or url.startswith("file://"):
+            out[i] = os.path.getsize(url.removeprefix("file://"))
+        else:
+            import fsspec
+
+            fs, path = fsspec.core.url_to_fs(url, **dict(remote_options))
+            out[i] = int(fs.size(path))
+    return out
+
+
+def _write_array(store: Any, plan: _Plan, path: str, sizes: Mapping[int, int]) -> tuple[int, int]:
+    """The chunks of ``path``: virtual refs in batches, inline chunks as native chunks. How many of
+    each were written."""
+    ic = import_icechunk()
+    rs = plan.rs
+    t = rs.table(path)
+    grid = rs.grids[path]
+    kind = t.kind
+    refs = np.flatnonzero((kind == RANGE) | (kind == WHOLE))
+    shape = grid.grid_shape
+    for start in range(0, refs.size, BATCH):
+        flat = refs[start:start + BATCH]
+        index = np.stack(np.unravel_index(flat, shape), axis=1) if shape else np.zeros((flat.size, 0), np.int64)
+        pid = t.path_id[flat].astype(np.int64)
+        off = t.offset[flat].astype(np.int64)
+        ln = t.length[flat].astype(np.int64)
+        whole = kind[flat] == WHOLE
+        if whole.any():
+            off[whole] = 0
+            ln[whole] = [sizes[int(i)] for i in pid[whole]]
+        locs = plan.locations
+        specs = [ic.VirtualChunkSpec(index=i, location=locs[p], offset=o, length=n)
+                 for i, p, o, n in zip(index.tolist(), pid.tolist(), off.tolist(), ln.tolist())]
+        failed = store.set_virtual_refs(path, specs, validate_containers=True)
+        if failed:
+            raise Unsupported(f"{path}: Icechunk refused {len(failed)} virtual chunk(s), e.g. chunk "
+                              f"{tuple(failed[0])}: no virtual chunk container of the repository holds their URLs")
+    inline = np.flatnonzero(kind == INLINE)
+    if inline.size:
+        values = rs.chunk_refs(path, inline)
+        index = np.stack(np.unravel_index(inline, shape), axis=1) if shape else np.zeros((inline.size, 0), np.int64)
+        put_documents(store, {_chunk_key(path, i): bytes(v) for i, v in zip(index.tolist(), values)
+                              if isinstance(v, bytes | bytearray | memoryview)})
+    return int(refs.size), int(inline.size)
+
+
+def _special(v: Any) -> Any:
+    """``v`` with NaN and infinite floats as the strings zarr-python writes for them (``"NaN"``,
+    ``"Infinity"``, ``"-Infinity"``): Icechunk takes standard JSON only."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    if isinstance(v, dict):
+        return {k: _special(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_special(x) for x in v]
+    return v
+
+
+def _json(doc: Mapping[str, Any]) -> bytes:
+    return json.dumps(_special(doc), allow_nan=False).encode()
+
+
+def _metadata_docs(plan: _Plan, paths: Iterable[str], groups: bool = True) -> dict[str, bytes]:
+    docs = {}
+    if groups:
+        for g, doc in plan.groups.items():
+            docs[f"{g}/zarr.json" if g else "zarr.json"] = _json(doc)
+    for p in paths:
+        docs[f"{p}/zarr.json"] = _json(plan.arrays[p])
+    return docs
+
+
+def _write_arrays(store: Any, plan: _Plan, paths: Iterable[str], sizes: Mapping[int, int]) -> tuple[int, int]:
+    counts = [_write_array(store, plan, p, sizes) for p in paths]
+    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
+
+def _message(message: str | None, arrays: int, counts: tuple[int, int], what: str) -> str:
+    return message or f"refset: {what} {arrays} arrays, {counts[0]:,} virtual and {counts[1]:,} native chunks"
+
+
+def write(rs: ReferenceSet, dest: str, *, storage_options: Mapping[str, Any] | None = None,
+          remote_options: Mapping[str, Any] | None = None, message: str | None = None,
+          branch: str = "main") -> None:
+    """A new repository at ``dest`` holding ``rs`` in one commit on ``branch``. A repository already
+    there is refused (append to it with :func:`refset.append`)."""
+    plan = _plan(rs)
+    if exists(dest, storage_options):
+        raise Unsupported(f"{dest}: an Icechunk repository exists there: append to it (refset.append, or "
+                          "--append on the command line) or write a new one elsewhere")
+    sizes = _whole_sizes(plan.rs, plan, remote_options or {})
+    repo = open_repository(dest, storage_options=storage_options, remote_options=remote_options,
+                           prefixes=plan.prefixes, create=True)
+    try:
+        if branch != "main":
+            repo.create_branch(branch, repo.lookup_branch("main"))
+        session = repo.writable_session(branch)
+        store = session.store
+        put_documents(store, _metadata_docs(plan, list(plan.arrays)))
+        counts = _write_arrays(store, plan, plan.arrays, sizes)
+        session.commit(_message(message, len(plan.arrays), counts, "wrote"))
+    except BaseException:
+        where = inner(dest)
+        if "://" not in where:  # a repository half made is no repository: a rerun starts clean
+            shutil.rmtree(where, ignore_errors=True)
+        raise
+
+
+def _comparable(doc: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in ("shape", "attributes")}
+
+
+def append(rs: ReferenceSet, dest: str, dim: str, *, storage_options: Mapping[str, Any] | None = None,
+           remote_options: Mapping[str, Any] | None = None, message: str | None = None,
+           branch: str = "main") -> None:
+    """Add to the repository at ``dest`` the rows of ``rs`` along ``dim`` past those it holds, in a new
+    commit on ``branch``. ``rs`` is the archive's view combined with new inputs (its first rows are
+    the archive's): an array along ``dim`` holding every chunk (a coordinate whose values combine
+    re-encoded) is written whole; any other keeps the repository's chunks and gains the new ones, its
+    metadata equal to the repository's but for its length and attributes that do not change decoding.
+    A difference is refused naming the array before anything is written."""
+    plan = _plan(rs)
+    sizes = _whole_sizes(plan.rs, plan, remote_options or {})
+    repo = open_repository(dest, storage_options=storage_options, remote_options=remote_options,
+                           prefixes=plan.prefixes)
+    session = repo.writable_session(branch)
+    store = session.store
+    work: list[str] = []
+    for p, doc in plan.arrays.items():
+        old_raw = get_document(store, f"{p}/zarr.json")
+        if old_raw is None:
+            raise Unsupported(f"{dest}: append: array {p!r} is not in the repository: the new inputs must hold "
+                              "the archive's variables")
+        old = json.loads(old_raw)
+        names = list(doc.get("dimension_names") or [])
+        t = plan.rs.table(p)
+        whole = t.count() == t.nchunks
+        if dim not in names:
+            if _comparable(old) != _comparable(doc) or old.get("shape") != doc.get("shape"):
+                raise Unsupported(f"{dest}: append: {p!r} (without {dim!r}) differs from the repository's")
+            continue
+        if whole:
+            work.append(p)
+            continue
+        axis = names.index(dim)
+        _check_same(dest, p, old, doc, axis, dim)
+        chunk = doc["chunk_grid"]["configuration"]["chunk_shape"][axis]
+        rows = int(old["shape"][axis])
+        if rows % chunk:
+            raise Unsupported(f"{dest}: append: {p!r} holds {rows} rows along {dim!r}, not a multiple of its "
+                              f"chunk {chunk}: rows added after its partial last chunk would need a variable "
+                              "made of parts")
+        start = rows // chunk
+        flat = np.flatnonzero(t.kind != 0)
+        if flat.size:
+            first = int(np.unravel_index(flat, plan.rs.grids[p].grid_shape)[axis].min())
+            if first < start:
+                raise Unsupported(f"{dest}: append: {p!r} has chunks in the repository's rows (chunk row {first} "
+                                  f"of {start}): give the archive's view combined with the new inputs "
+                                  "(refset.append does)")
+        work.append(p)
+    put_documents(store, _metadata_docs(plan, work))
+    counts = _write_arrays(store, plan, work, sizes)
+    session.commit(_message(message, len(work), counts, "appended to"))
+
+
+def _check_same(dest: str, path: str, old: Mapping[str, Any], new: Mapping[str, Any], axis: int, dim: str) -> None:
+    """The repository's metadata of ``path`` and the new set's agree but for the length along ``axis``
+    and attributes that decoding does not read."""
+    where = f"{dest}: append: {path!r}"
+    a, b = _comparable(old), _comparable(new)
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            raise Unsupported(f"{where}: {k} {b.get(k)!r} differs from the repository's {a.get(k)!r}")
+    so, sn = list(old.get("shape") or []), list(new.get("shape") or [])
+    if len(so) != len(sn) or any(x != y for i, (x, y) in enumerate(zip(so, sn)) if i != axis):
+        raise Unsupported(f"{where}: shape {sn} differs from the repository's {so} on dims other than {dim!r}")
+    if sn[axis] < so[axis]:
+        raise Unsupported(f"{where}: {sn[axis]} rows along {dim!r}, fewer than the repository's {so[axis]}")
+    diff = attrs_difference(decoding_attrs(old.get("attributes") or {}), decoding_attrs(new.get("attributes") or {}))
+    if diff is not None:
+        raise Unsupported(f"{where}: attribute {diff[0]} {diff[2]!r} differs from the repository's {diff[1]!r}: "
+                          "its values would decode differently")
+
