@@ -132,6 +132,21 @@ def test_append_adds_a_commit_with_the_new_days(tmp_path: Path) -> None:
         _equal(_open(dest), want.load())
 
 
+def test_append_from_another_directory_adds_a_container(tmp_path: Path) -> None:
+    """New inputs outside the places the repository's containers cover get a container of their own,
+    saved in the repository's config, so a reader opening it later reads them."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = _days(tmp_path / "a", 1), _days(tmp_path / "b", 1, start=1)
+    dest = "icechunk://" + str(tmp_path / "repo")
+    refset.append(first, dest, concat_dim="time")
+    refset.append(second, dest, concat_dim="time")
+    config = icechunk.Repository.fetch_config(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    assert sorted(config.virtual_chunk_containers) == [f"file://{tmp_path}/a/", f"file://{tmp_path}/b/"]
+    with xr.open_mfdataset(first + second, combine="nested", concat_dim="time") as want:
+        _equal(_open(dest), want.load())
+
+
 def test_append_refuses_what_the_repository_cannot_take_and_writes_nothing(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

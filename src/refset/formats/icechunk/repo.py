@@ -168,15 +168,20 @@ def open_repository(dest: str, *, storage_options: Mapping[str, Any] | None = No
     else:
         config = ic.Repository.fetch_config(st) or ic.RepositoryConfig.default()
     held = set((config.virtual_chunk_containers or {}).keys())
+    added = False
     for p in prefixes:
         if p not in held and not any(p.startswith(h) for h in held):
             config.set_virtual_chunk_container(ic.VirtualChunkContainer(p, _container_store(p, ro)))
             held.add(p)
+            added = True
     creds = ic.containers_credentials({p: _credentials(p, ro) for p in held}) if held else None
     try:
         if create:
             return ic.Repository.create(st, config=config, authorize_virtual_chunk_access=creds)
-        return ic.Repository.open(st, config=config, authorize_virtual_chunk_access=creds)
+        repo = ic.Repository.open(st, config=config, authorize_virtual_chunk_access=creds)
+        if added:  # readers find containers in the repository's saved config, not in a commit
+            repo.save_config()
+        return repo
     except ic.IcechunkError as e:
         raise Unsupported(f"{dest}: the Icechunk repository cannot be {'made' if create else 'opened'}: "
                           f"{str(e).strip().splitlines()[0]}") from None

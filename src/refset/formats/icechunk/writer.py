@@ -13,7 +13,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,7 @@ from refset.model.transforms import with_zarr_format
 if TYPE_CHECKING:
     from refset.model.refset import ReferenceSet
 
-__all__ = ["write", "append", "BATCH", "put_documents", "get_document"]
+__all__ = ["write", "append", "BATCH", "Plan", "plan_of", "native_chunks", "put_documents", "get_document"]
 
 #: Virtual chunk specs handed to Icechunk at a time (bounds the Python objects alive at once).
 BATCH = 200_000
@@ -44,7 +44,9 @@ _DEFAULT_KEYS = {"name": "default", "configuration": {"separator": "/"}}
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Plan:
+    """A set translated for Icechunk and checked, before anything is written."""
+
     rs: ReferenceSet  # zarr v3 metadata
     arrays: dict[str, dict[str, Any]]  # path -> zarr.json as written
     groups: dict[str, dict[str, Any]]  # path ("" the root) -> zarr.json
@@ -52,7 +54,7 @@ class _Plan:
     prefixes: list[str]
 
 
-def _plan(rs: ReferenceSet) -> _Plan:
+def plan_of(rs: ReferenceSet) -> Plan:
     """Everything checked and translated before anything is written."""
     rs3 = with_zarr_format(rs.loaded(), 3)
     arrays: dict[str, dict[str, Any]] = {}
@@ -85,7 +87,7 @@ def _plan(rs: ReferenceSet) -> _Plan:
             groups.setdefault("/".join(parts[:i]), {"zarr_format": 3, "node_type": "group", "attributes": {}})
     used = _used_urls(rs3)
     locations = [location(u) if i in used else "" for i, u in enumerate(rs3.urls)]
-    return _Plan(rs3, arrays, groups, locations, container_prefixes(loc for loc in locations if loc))
+    return Plan(rs3, arrays, groups, locations, container_prefixes(loc for loc in locations if loc))
 
 
 def _bytes_of(ref: Any) -> bytes:
@@ -136,7 +138,7 @@ def _chunk_key(path: str, index: Sequence[int]) -> str:
     return f"{path}/c" + "".join(f"/{i}" for i in index)
 
 
-def _whole_sizes(rs: ReferenceSet, plan: _Plan, remote_options: Mapping[str, Any]) -> dict[int, int]:
+def _whole_sizes(rs: ReferenceSet, plan: Plan, remote_options: Mapping[str, Any]) -> dict[int, int]:
     """The sizes of the files referenced whole (Icechunk takes offset and length)."""
     ids: set[int] = set()
     for p in rs.grids:
@@ -155,40 +157,77 @@ def _whole_sizes(rs: ReferenceSet, plan: _Plan, remote_options: Mapping[str, Any
     return out
 
 
-def _write_array(store: Any, plan: _Plan, path: str, sizes: Mapping[int, int]) -> tuple[int, int]:
-    """The chunks of ``path``: virtual refs in batches, inline chunks as native chunks. How many of
-    each were written."""
+def _batches(plan: Plan, paths: Iterable[str], sizes: Mapping[int, int]) -> Iterator[tuple[str, list[Any]]]:
+    """``(path, virtual chunk specs)`` of the byte ranges of ``paths``, at most :data:`BATCH` at a time."""
     ic = import_icechunk()
     rs = plan.rs
-    t = rs.table(path)
-    grid = rs.grids[path]
-    kind = t.kind
-    refs = np.flatnonzero((kind == RANGE) | (kind == WHOLE))
-    shape = grid.grid_shape
-    for start in range(0, refs.size, BATCH):
-        flat = refs[start:start + BATCH]
-        index = np.stack(np.unravel_index(flat, shape), axis=1) if shape else np.zeros((flat.size, 0), np.int64)
-        pid = t.path_id[flat].astype(np.int64)
-        off = t.offset[flat].astype(np.int64)
-        ln = t.length[flat].astype(np.int64)
-        whole = kind[flat] == WHOLE
-        if whole.any():
-            off[whole] = 0
-            ln[whole] = [sizes[int(i)] for i in pid[whole]]
-        locs = plan.locations
-        specs = [ic.VirtualChunkSpec(index=i, location=locs[p], offset=o, length=n)
-                 for i, p, o, n in zip(index.tolist(), pid.tolist(), off.tolist(), ln.tolist())]
+    spec = ic.VirtualChunkSpec
+    locs = plan.locations
+    for path in paths:
+        t = rs.table(path)
+        kind = t.kind
+        refs = np.flatnonzero((kind == RANGE) | (kind == WHOLE))
+        shape = rs.grids[path].grid_shape
+        for start in range(0, refs.size, BATCH):
+            flat = refs[start:start + BATCH]
+            index = np.stack(np.unravel_index(flat, shape), axis=1) if shape else np.zeros((flat.size, 0), np.int64)
+            pid = t.path_id[flat].astype(np.int64)
+            off = t.offset[flat].astype(np.int64)
+            ln = t.length[flat].astype(np.int64)
+            whole = kind[flat] == WHOLE
+            if whole.any():
+                off[whole] = 0
+                ln[whole] = [sizes[int(i)] for i in pid[whole]]
+            yield path, [spec(index=i, location=locs[p], offset=o, length=n)
+                         for i, p, o, n in zip(index.tolist(), pid.tolist(), off.tolist(), ln.tolist())]
+
+
+def native_chunks(plan: Plan, paths: Iterable[str]) -> dict[str, bytes]:
+    """``{chunk key: bytes}`` of the inline chunks of ``paths``."""
+    rs = plan.rs
+    out = {}
+    for path in paths:
+        t = rs.table(path)
+        inline = np.flatnonzero(t.kind == INLINE)
+        if not inline.size:
+            continue
+        shape = rs.grids[path].grid_shape
+        index = np.stack(np.unravel_index(inline, shape), axis=1) if shape else np.zeros((inline.size, 0), np.int64)
+        for i, v in zip(index.tolist(), rs.chunk_refs(path, inline)):
+            if isinstance(v, bytes | bytearray | memoryview):
+                out[_chunk_key(path, i)] = bytes(v)
+    return out
+
+
+def _write_arrays(store: Any, plan: Plan, paths: Iterable[str], sizes: Mapping[int, int]) -> tuple[int, int]:
+    """The chunks of ``paths``: inline ones as native chunks, byte ranges as virtual chunks. Icechunk
+    takes each batch of specs on a thread of its own while the next batch is made (it releases the
+    GIL), and the native chunks on another, so making them costs little beyond Icechunk's own time.
+    How many of each were written."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    paths = list(paths)
+    native = native_chunks(plan, paths)
+    written = 0
+
+    def put(path: str, specs: list[Any]) -> None:
         failed = store.set_virtual_refs(path, specs, validate_containers=True)
         if failed:
             raise Unsupported(f"{path}: Icechunk refused {len(failed)} virtual chunk(s), e.g. chunk "
                               f"{tuple(failed[0])}: no virtual chunk container of the repository holds their URLs")
-    inline = np.flatnonzero(kind == INLINE)
-    if inline.size:
-        values = rs.chunk_refs(path, inline)
-        index = np.stack(np.unravel_index(inline, shape), axis=1) if shape else np.zeros((inline.size, 0), np.int64)
-        put_documents(store, {_chunk_key(path, i): bytes(v) for i, v in zip(index.tolist(), values)
-                              if isinstance(v, bytes | bytearray | memoryview)})
-    return int(refs.size), int(inline.size)
+
+    with ThreadPoolExecutor(2, thread_name_prefix="refset-icechunk") as pool:
+        natives = pool.submit(put_documents, store, native)  # beside the virtual ones: other keys
+        pending: Future[None] | None = None
+        for path, specs in _batches(plan, paths, sizes):
+            if pending is not None:
+                pending.result()
+            pending = pool.submit(put, path, specs)
+            written += len(specs)
+        if pending is not None:
+            pending.result()
+        natives.result()
+    return written, len(native)
 
 
 def _special(v: Any) -> Any:
@@ -207,7 +246,7 @@ def _json(doc: Mapping[str, Any]) -> bytes:
     return json.dumps(_special(doc), allow_nan=False).encode()
 
 
-def _metadata_docs(plan: _Plan, paths: Iterable[str], groups: bool = True) -> dict[str, bytes]:
+def _metadata_docs(plan: Plan, paths: Iterable[str], groups: bool = True) -> dict[str, bytes]:
     docs = {}
     if groups:
         for g, doc in plan.groups.items():
@@ -215,11 +254,6 @@ def _metadata_docs(plan: _Plan, paths: Iterable[str], groups: bool = True) -> di
     for p in paths:
         docs[f"{p}/zarr.json"] = _json(plan.arrays[p])
     return docs
-
-
-def _write_arrays(store: Any, plan: _Plan, paths: Iterable[str], sizes: Mapping[int, int]) -> tuple[int, int]:
-    counts = [_write_array(store, plan, p, sizes) for p in paths]
-    return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
 
 def _message(message: str | None, arrays: int, counts: tuple[int, int], what: str) -> str:
@@ -231,7 +265,7 @@ def write(rs: ReferenceSet, dest: str, *, storage_options: Mapping[str, Any] | N
           branch: str = "main") -> None:
     """A new repository at ``dest`` holding ``rs`` in one commit on ``branch``. A repository already
     there is refused (append to it with :func:`refset.append`)."""
-    plan = _plan(rs)
+    plan = plan_of(rs)
     if exists(dest, storage_options):
         raise Unsupported(f"{dest}: an Icechunk repository exists there: append to it (refset.append, or "
                           "--append on the command line) or write a new one elsewhere")
@@ -266,7 +300,7 @@ def append(rs: ReferenceSet, dest: str, dim: str, *, storage_options: Mapping[st
     re-encoded) is written whole; any other keeps the repository's chunks and gains the new ones, its
     metadata equal to the repository's but for its length and attributes that do not change decoding.
     A difference is refused naming the array before anything is written."""
-    plan = _plan(rs)
+    plan = plan_of(rs)
     sizes = _whole_sizes(plan.rs, plan, remote_options or {})
     repo = open_repository(dest, storage_options=storage_options, remote_options=remote_options,
                            prefixes=plan.prefixes)
