@@ -2,9 +2,11 @@
 
 usage: python bench/bench_icechunk.py [--refs REFS.json] [--sets DIR] [--repeat N] [--out results.md]
 
-Two sets: the 1.13M-reference synthetic archive (``--refs``, made by ``python
-../shared/bench/synth_refs.py refs.json --files 1000 --grid 24x48``) and the combined archive of 1000
-single-file kerchunk sets (``--sets``, ``bench_combine.py`` makes them). Three writers, each timed from
+Three sets: the 1.13M-reference synthetic archive (``--refs``, made by ``python
+../shared/bench/synth_refs.py refs.json --files 1000 --grid 24x48``), the combined archive of 1000
+single-file kerchunk sets (``--sets``, ``bench_combine.py`` makes them: 324,002 byte ranges and 25,001
+inline chunks), and that archive without its inline chunks (``archive-ranges``: what every writer
+writes alike). Three writers, each timed from
 references in memory to the commit (loading is outside the clock), in a process of its own (its peak
 memory is measured), alternated run by run:
 
@@ -47,12 +49,28 @@ def _rss_mb() -> float:
 
 
 def _load(case: str, refs: str, sets: str) -> Any:
+    import numpy as np
+
     import refset
 
     if case == "synth":
         return refset.load(refs).loaded()
     paths = sorted(glob.glob(os.path.join(sets, "*.json")))
-    return refset.combine(paths, concat_dims=["time"]).loaded()
+    rs = refset.combine(paths, concat_dims=["time"]).loaded()
+    if case == "archive":
+        return rs
+    # archive-ranges: the byte ranges only (what a VirtualiZarr manifest holds); arrays of inline chunks
+    # only (the time coordinate) stay as they are
+    from refset.model.table import RANGE, ChunkTable
+
+    tables = {}
+    for p in rs.grids:
+        t = rs.table(p)
+        if (t.kind == RANGE).any():
+            f = np.flatnonzero(t.kind == RANGE)
+            t = ChunkTable.from_entries(rs.grids[p], f, t.kind[f], t.path_id[f], t.offset[f], t.length[f])
+        tables[p] = t
+    return refset.ReferenceSet.from_arrays({}, tables, rs.urls, other=rs.key_table(), validate=False)
 
 
 def _containers(rs: Any) -> Any:
@@ -153,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refs", default="/work/bench-data/refs.json")
     ap.add_argument("--sets", default="/work/bench-data/combine/sets1000")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cases", default="synth,archive")
+    ap.add_argument("--cases", default="synth,archive,archive-ranges")
     ap.add_argument("--out")
     ap.add_argument("--child", nargs=2, metavar=("CASE", "TOOL"), help=argparse.SUPPRESS)
     ap.add_argument("--dest", help=argparse.SUPPRESS)
