@@ -20,7 +20,7 @@ from refset.options import DEFAULT_LIMITS, Limits
 
 __all__ = ["load", "save", "detect_format", "Format", "FORMATS"]
 
-Format = Literal["json", "v1", "parquet", "packed"]
+Format = Literal["json", "v1", "parquet", "packed", "icechunk"]
 
 
 def detect_format(source: str, storage_options: Mapping[str, Any] | None = None) -> str:
@@ -100,7 +100,7 @@ def _json_options(options: Mapping[str, Any], what: str) -> None:
 
 def save(
     refs: Any,
-    dest: str | os.PathLike[str],
+    dest: str | os.PathLike[str] | Any,
     *,
     format: Format | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
@@ -113,8 +113,13 @@ def save(
     (``.parq``/``.parquet`` -> parquet, ``.packed``/``.refs``/``.rfs`` -> packed, ``.v1.json`` -> v1,
     any other name -> JSON; suffixes in any case). JSON output is compressed by suffix: ``.gz`` or
     ``.zst``. (The command line refuses a suffix no format knows.) Files get the mode the umask gives new files.
+    ``format="icechunk"`` (or ``icechunk://PATH``, or an ``icechunk.Repository`` / ``IcechunkStore`` as
+    ``dest``) writes an Icechunk repository (docs/icechunk.md).
     """
-    dest = os.fspath(dest)
+    if not isinstance(dest, str | os.PathLike) and type(dest).__module__.split(".")[0] == "icechunk":
+        format = format or "icechunk"  # an icechunk.Repository or IcechunkStore
+    else:
+        dest = os.fspath(dest)
     spec = by_name(format) if format is not None else for_dest(dest)
     options = spec.check_options(options)
     rs = load(refs, storage_options=storage_options)

@@ -206,6 +206,34 @@ def test_convert_to_icechunk(tmp_path: Path) -> None:
         _equal(_open(str(tmp_path / "repo"), branch="dev"), want.load())
 
 
+def test_a_repository_or_a_session_store_as_destination(tmp_path: Path) -> None:
+    """An icechunk.Repository is written and committed; a writable session's store is written and
+    left for its caller to commit; either without a container for the set's files is refused before
+    anything is written, naming the prefix to add."""
+    files = _days(tmp_path, 2)
+    rs = refset.combine(files, concat_dims=["time"])
+    prefix = f"file://{tmp_path}/"
+    bare = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "bare")))
+    with pytest.raises(Unsupported, match=f"no virtual chunk container for {prefix}"):
+        refset.save(rs, bare)
+    assert not bare.writable_session("main").has_uncommitted_changes
+    config = icechunk.RepositoryConfig.default()
+    config.set_virtual_chunk_container(icechunk.VirtualChunkContainer(prefix, icechunk.local_filesystem_store(str(tmp_path))))
+    creds = icechunk.containers_credentials({prefix: None})
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "r")), config=config,
+                                      authorize_virtual_chunk_access=creds)
+    refset.save(rs, repo, message="from a Repository")
+    assert _history(str(tmp_path / "r"))[0] == "from a Repository"
+    session = repo.writable_session("main")
+    with pytest.raises(Unsupported, match="read-only"):
+        refset.save(rs, repo.readonly_session(branch="main").store)
+    refset.save(rs, session.store)
+    assert session.has_uncommitted_changes
+    session.commit("by the caller")
+    with xr.open_mfdataset(files, combine="nested", concat_dim="time") as want:
+        _equal(xr.open_zarr(repo.readonly_session(branch="main").store, consolidated=False), want.load())
+
+
 def test_s3_repository_of_s3_files(tmp_path: Path, s3: dict[str, object]) -> None:
     """The repository on S3 (Icechunk's own storage) and the data files on S3 (virtual chunk
     containers with the data's credentials), both on moto's server."""

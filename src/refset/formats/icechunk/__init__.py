@@ -47,7 +47,7 @@ class IcechunkForm(StoredForm):
                           "1.x does not list where its virtual chunks point); open it with xarray: "
                           "xarray.open_zarr(refset.formats.icechunk.open_store(PATH), consolidated=False)")
 
-    def write(self, rs: ReferenceSet, dest: str, *, storage_options: Mapping[str, Any] | None = None,
+    def write(self, rs: ReferenceSet, dest: Any, *, storage_options: Mapping[str, Any] | None = None,
               **options: Any) -> None:
         # docstring inherited
         from refset.formats.icechunk.writer import write

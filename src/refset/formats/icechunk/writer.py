@@ -260,12 +260,21 @@ def _message(message: str | None, arrays: int, counts: tuple[int, int], what: st
     return message or f"refset: {what} {arrays} arrays, {counts[0]:,} virtual and {counts[1]:,} native chunks"
 
 
-def write(rs: ReferenceSet, dest: str, *, storage_options: Mapping[str, Any] | None = None,
+def write(rs: ReferenceSet, dest: Any, *, storage_options: Mapping[str, Any] | None = None,
           remote_options: Mapping[str, Any] | None = None, message: str | None = None,
           branch: str = "main") -> None:
     """A new repository at ``dest`` holding ``rs`` in one commit on ``branch``. A repository already
-    there is refused (append to it with :func:`refset.append`)."""
+    there is refused (append to it with :func:`refset.append`).
+
+    ``dest`` may also be an ``icechunk.Repository`` (``rs`` written into a writable session of
+    ``branch``, committed) or the ``IcechunkStore`` of a writable session (written, the commit left to
+    the caller, as VirtualiZarr's ``to_icechunk`` does); their repository must hold a virtual chunk
+    container for each place the set's URLs point to (refused before anything is written, naming
+    the prefixes to add)."""
     plan = plan_of(rs)
+    if not isinstance(dest, str):
+        _write_into(dest, plan, remote_options or {}, message, branch)
+        return
     if exists(dest, storage_options):
         raise Unsupported(f"{dest}: an Icechunk repository exists there: append to it (refset.append, or "
                           "--append on the command line) or write a new one elsewhere")
@@ -285,6 +294,34 @@ def write(rs: ReferenceSet, dest: str, *, storage_options: Mapping[str, Any] | N
         if "://" not in where:  # a repository half made is no repository: a rerun starts clean
             shutil.rmtree(where, ignore_errors=True)
         raise
+
+
+def _write_into(dest: Any, plan: Plan, remote_options: Mapping[str, Any], message: str | None, branch: str) -> None:
+    """:func:`write` into a Repository or a writable session's IcechunkStore."""
+    ic = import_icechunk()
+    if isinstance(dest, ic.Repository):
+        config, session = dest.config, None
+    elif isinstance(dest, ic.IcechunkStore):
+        if dest.read_only:
+            raise Unsupported("the IcechunkStore is read-only: give the store of a writable session")
+        config, session = dest.session.config, dest.session
+    else:
+        raise Unsupported(f"an Icechunk destination is a path, an icechunk.Repository or an IcechunkStore, "
+                          f"not {type(dest).__name__}")
+    held = list((config.virtual_chunk_containers or {}) if config is not None else {})
+    missing = [p for p in plan.prefixes if not any(p.startswith(h) for h in held)]
+    if missing:
+        raise Unsupported(f"the repository has no virtual chunk container for {', '.join(missing)}: add "
+                          "one for each (icechunk.VirtualChunkContainer in its RepositoryConfig), or write "
+                          "to a path, where refset makes them")
+    sizes = _whole_sizes(plan.rs, plan, remote_options)
+    if session is None:
+        session = dest.writable_session(branch)
+    store = session.store
+    put_documents(store, _metadata_docs(plan, list(plan.arrays)))
+    counts = _write_arrays(store, plan, plan.arrays, sizes)
+    if isinstance(dest, ic.Repository):
+        session.commit(_message(message, len(plan.arrays), counts, "wrote"))
 
 
 def _comparable(doc: Mapping[str, Any]) -> dict[str, Any]:
