@@ -120,6 +120,9 @@ def _codecs(meta: ArrayMetadata, path: str) -> list[Any]:
         return []  # numcodecs not imported: ~0.1 s
     import numcodecs
 
+    from refset.model.codecs import ensure_codecs
+
+    ensure_codecs([meta])
     try:
         return [numcodecs.get_codec(dict(s)) for s in specs]
     except Exception as e:

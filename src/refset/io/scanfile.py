@@ -169,9 +169,12 @@ class ScanFile:
         self._spans[lo:hi] = [bytes(buf)]
 
     def read_at(self, offset: int, length: int) -> bytes:
-        """``length`` bytes at ``offset`` of a remote file (fewer at its end): from what is in hand,
-        else fetched from ``offset`` on, at least a block."""
+        """``length`` bytes at ``offset`` (fewer at the file's end): a local file's read directly; a
+        remote one's from what is in hand, else fetched from ``offset`` on, at least a block."""
         length = max(0, min(length, self.size - offset))
+        if self.local:
+            self.file.seek(offset)
+            return bytes(self.file.read(length))
         got = self.cached(offset, length)
         if got is None:
             self.prefetch([(offset, offset + max(length, _BLOCK))])

@@ -20,6 +20,7 @@ ENTRY_POINTS = "refset.scanners"
 _BUILTIN = (
     ("hdf5", "refset.scan.hdf5.scanner:HDF5Scanner"),
     ("netcdf3", "refset.scan.netcdf3.scanner:NetCDF3Scanner"),
+    ("tiff", "refset.scan.tiff.scanner:TiffScanner"),
 )
 
 

@@ -115,7 +115,8 @@ def fast_read(arr: Any, key: tuple[Any, ...], store: Any) -> Any:
                 a = ensure_ndarray_like(x).view(dtype).reshape(chunks, order=order)
             except Exception as e:  # the codec's own error (zlib.error, RuntimeError...): named
                 key = f"{arr.path}/{'.'.join(str(int(i)) for i in idx)}"
-                raise InvalidFile(f"chunk {key!r}{files_of(store, key)}: its bytes do not decode with the "
+                where = files_of(store, key) or files_of(store, key, arr.path)  # an inline chunk: its array's
+                raise InvalidFile(f"chunk {key!r}{where}: its bytes do not decode with the "
                                   f"array's codecs ({error_name(e)}: {e}): the file is corrupt or changed "
                                   "since its scan") from e
             box[dst] = a[tuple(slice(0, d.stop - d.start) for d in dst)]

@@ -27,6 +27,7 @@ from zarr.abc.store import (
 
 from refset.errors import ReferenceNotReachable, Unsupported
 from refset.io.fetch import DEFAULT_MAX_INFLIGHT
+from refset.model.codecs import ensure_codecs
 from refset.model.keys import chunk_keys
 from refset.options import Limits
 from refset.serve.engine import ReadEngine, clamp, off_loop
@@ -160,6 +161,7 @@ class ZarrStore(Store):
             self.engine = ReadEngine.open(refs, **options)
             self._args = (self.engine.refs, options)
         self.refs = self.engine.refs
+        ensure_codecs(self.refs.metadata.values())  # imagecodecs' (TIFF sets) are registered on demand
         self.index = self.engine.index
         self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batch] = weakref.WeakKeyDictionary()
         self._prefetched: dict[str, bytes | BaseException] = {}

@@ -1,0 +1,48 @@
+"""Where the codecs a set's arrays name come from.
+
+numcodecs knows its own codecs; imagecodecs' (``imagecodecs_lzw``, ``imagecodecs_delta``, ... which TIFF
+sets name) are registered with numcodecs only when ``imagecodecs.numcodecs.register_codecs()`` runs.
+:func:`ensure_codecs` runs it when an array names one, before zarr or refset builds the codec, so a set
+reads without the caller knowing which package decodes it. fsspec + zarr readers of a saved set call
+``imagecodecs.numcodecs.register_codecs()`` themselves (docs/scan.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from refset.errors import Unsupported
+
+__all__ = ["ensure_codecs", "codec_ids"]
+
+_registered = False
+
+
+def codec_ids(metadata: Iterable[Any]) -> set[str]:
+    """The zarr v2 codec ids (filters and compressor) of ``metadata`` (ArrayMetadata objects)."""
+    out: set[str] = set()
+    for m in metadata:
+        v2 = m.to_v2() if m.zarr_format == 3 else m
+        for spec in [*(v2.filters or ()), v2.compressor]:
+            if isinstance(spec, dict) or hasattr(spec, "get"):
+                out.add(str(spec.get("id")))
+    return out
+
+
+def ensure_codecs(metadata: Iterable[Any]) -> None:
+    """Register imagecodecs' numcodecs codecs when an array of ``metadata`` names one;
+    :class:`~refset.errors.Unsupported` naming the package when it is not installed."""
+    global _registered
+    if _registered:
+        return
+    wanted = sorted(i for i in codec_ids(metadata) if i.startswith("imagecodecs_"))
+    if not wanted:
+        return
+    try:
+        from imagecodecs.numcodecs import register_codecs
+    except ImportError:
+        raise Unsupported(f"codecs {', '.join(wanted)} need the imagecodecs package: pip install imagecodecs "
+                          "(or 'refset[tiff]')") from None
+    register_codecs(verbose=False)
+    _registered = True

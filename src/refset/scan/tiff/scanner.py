@@ -1,0 +1,216 @@
+"""TIFF, BigTIFF and Cloud-Optimized GeoTIFF files -> reference sets: the :class:`TiffScanner`.
+
+Each image directory (IFD) is an array named by its index (``"0"``, ``"1"``, ... as tifffile and
+kerchunk's ``tiff_to_zarr`` name the levels of a pyramid): its tiles or strips are its chunks, with
+their compression (none, Deflate, zstd; LZW and PackBits through imagecodecs' numcodecs codecs) and
+horizontal or floating-point predictor as zarr filters. Shapes are tifffile's: ``(y, x)``,
+``(y, x, band)`` for interleaved samples, ``(band, y, x)`` for planar ones. A georeferenced first image
+gets ``x``/``y`` coordinates of its pixel centres, a ``spatial_ref`` variable holding ``GeoTransform`` and
+the EPSG code where the GeoKeys give one (``grid_mapping`` names it, as rioxarray and GDAL write it),
+and every array its GeoKeys as attributes; GDAL's nodata tag is the fill value. Only the directories
+are read (one request for a COG's header, whose directories come first).
+
+What cannot be referenced exactly is refused naming the image and the reason: JPEG and other
+compressions without a numcodecs codec here, bit depths other than 8/16/32/64, a last strip holding
+fewer rows than the others (a zarr chunk is whole), predictors on big-endian files.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from refset.abc.scanner import Scanner
+from refset.errors import InvalidFile
+from refset.io.scanfile import ScanFile
+from refset.model.refset import ReferenceSet
+from refset.scan.tiff import geo
+from refset.scan.tiff.ifd import MAGICS, Broken, Ifd, metadata_spans, overlapping, read_ifds
+from refset.scan.writer import INLINE_THRESHOLD, DropList, SetWriter, cannot, common_options
+
+__all__ = ["TiffScanner", "COMPRESSIONS"]
+
+# baseline and extension tags used
+WIDTH, LENGTH, BITS, COMPRESSION, PHOTOMETRIC, SAMPLES, ROWS_PER_STRIP = 256, 257, 258, 259, 262, 277, 278
+STRIP_OFFSETS, STRIP_COUNTS, PLANAR, PREDICTOR, TILE_WIDTH, TILE_LENGTH = 273, 279, 284, 317, 322, 323
+TILE_OFFSETS, TILE_COUNTS, SAMPLE_FORMAT, SUBFILE, DESCRIPTION = 324, 325, 339, 254, 270
+GDAL_METADATA, GDAL_NODATA = 42112, 42113
+
+#: TIFF compression code -> the zarr v2 codec that decodes it (None: stored as is).
+COMPRESSIONS: dict[int, dict[str, Any] | None] = {
+    1: None,
+    8: {"id": "zlib", "level": 6},  # Adobe Deflate: a zlib stream
+    32946: {"id": "zlib", "level": 6},  # the old Deflate code
+    50000: {"id": "zstd", "level": 0},  # libtiff's ZSTD
+    5: {"id": "imagecodecs_lzw"},
+    32773: {"id": "imagecodecs_packbits"},
+}
+_OFFSET_TYPES = (3, 4, 16)  # SHORT, LONG, LONG8 (TIFF 6.0 and BigTIFF)
+_NAMES = {6: "old-style JPEG", 7: "JPEG", 34887: "LERC", 34925: "LZMA", 50001: "WebP", 50002: "JPEG XL",
+          2: "CCITT RLE", 3: "CCITT Group 3", 4: "CCITT Group 4"}
+
+
+class TiffScanner(Scanner):
+    """TIFF and BigTIFF files (GeoTIFF and COG included)."""
+
+    name: ClassVar[str] = "tiff"
+    options: ClassVar[frozenset[str]] = frozenset({"group", "max_inline"})
+
+    def __init__(self, *, inline_threshold: int = INLINE_THRESHOLD, drop_variables: Any = (),
+                 subchunk: int | None = None, group: str | None = None, max_inline: int | None = None) -> None:
+        self.inline_threshold, self.drop, self.subchunk = common_options(inline_threshold, drop_variables,
+                                                                         subchunk)
+        self.config = {"inline_threshold": inline_threshold, "drop_variables": self.drop, "subchunk": subchunk}
+
+    @classmethod
+    def sniff(cls, head: bytes) -> bool:
+        # docstring inherited
+        return head[:4] in MAGICS
+
+    def __call__(self, file: ScanFile) -> ReferenceSet:
+        # docstring inherited
+        drop = DropList(self.drop)
+        try:
+            ifds = read_ifds(file.read_at, file.size)
+            out = SetWriter(file.url, self.inline_threshold)
+            first = ifds[0]
+            georef = geo.georeference(first)
+            root: dict[str, Any] = {}
+            for tag, key in ((DESCRIPTION, "ImageDescription"), (GDAL_METADATA, "GDAL_METADATA")):
+                text = first.text(tag)
+                if text:
+                    root[key] = text
+            out.group("", root)
+            base = _size(first)
+            spans = metadata_spans(ifds)
+            for k, ifd in enumerate(ifds):
+                name = str(k)
+                if name in drop:
+                    continue
+                _image(out, ifd, k, name, base, georef, file.size, spans)
+            if georef is not None and "0" not in drop:
+                geo.write_coordinates(out, georef, base)
+        except Broken as e:
+            raise InvalidFile(f"{file.url}: not a valid TIFF file: {e}") from None
+        drop.warn_unused(file.url)
+        return out.build(file.read_ranges)
+
+
+def _size(ifd: Ifd) -> tuple[int, int]:
+    return ifd.one(LENGTH), ifd.one(WIDTH)
+
+
+def _dtype(ifd: Ifd, name: str) -> np.dtype[Any]:
+    spp = ifd.one(SAMPLES, 1)
+    bits = ifd.ints(BITS, 1)
+    fmt = ifd.ints(SAMPLE_FORMAT, 1)
+    if len(set(bits.tolist())) != 1 or len(set(fmt.tolist())) != 1:
+        raise cannot(name, f"its {spp} samples differ in bits ({bits.tolist()}) or format ({fmt.tolist()})")
+    b, f = int(bits[0]), int(fmt[0])
+    kind = {1: "u", 2: "i", 3: "f"}.get(f)
+    if kind is None:
+        raise cannot(name, f"sample format {f} (only unsigned, signed and IEEE float are referenced)")
+    if b not in (8, 16, 32, 64) or (kind == "f" and b == 8):
+        raise cannot(name, f"{b} bits per sample (a zarr data type holds 8, 16, 32 or 64)")
+    return np.dtype(f"{ifd.endian if b > 8 else '|'}{kind}{b // 8}")
+
+
+def _codecs(ifd: Ifd, name: str, dtype: np.dtype[Any], chunks: tuple[int, ...], axis: int) -> list[dict[str, Any]]:
+    """The zarr v2 filters, in encoding order: the predictor, then the compression."""
+    code = ifd.one(COMPRESSION, 1)
+    if code not in COMPRESSIONS:
+        raise cannot(name, f"{_NAMES.get(code, 'compression')} ({code}) has no numcodecs codec here")
+    out: list[dict[str, Any]] = []
+    predictor = ifd.one(PREDICTOR, 1)
+    if predictor != 1:
+        if dtype.itemsize > 1 and dtype.byteorder == ">":
+            raise cannot(name, f"predictor {predictor} on big-endian samples (the codec undoes it in native order)")
+        if predictor == 2 and dtype.kind in "iu":
+            out.append({"id": "imagecodecs_delta", "shape": list(chunks), "dtype": dtype.str, "axis": axis})
+        elif predictor == 3 and dtype.kind == "f":
+            out.append({"id": "imagecodecs_floatpred", "shape": list(chunks), "dtype": dtype.str, "axis": axis})
+        else:
+            raise cannot(name, f"predictor {predictor} on {dtype} samples")
+    comp = COMPRESSIONS[code]
+    if comp is not None:
+        out.append(dict(comp))
+    return out
+
+
+def _fill(ifd: Ifd, dtype: np.dtype[Any]) -> tuple[Any, bool]:
+    """``(GDAL's nodata value, whether there is one)``."""
+    text = ifd.text(GDAL_NODATA)
+    if text is None or not text.strip():
+        return None, False
+    try:
+        v = float(text.strip())
+    except ValueError:
+        raise Broken(f"GDAL nodata {text!r} is not a number") from None
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not (math.isfinite(v) and v.is_integer() and info.min <= v <= info.max):
+            return None, False  # GDAL ignores a nodata value the type cannot hold
+        return int(v), True
+    return v, True
+
+
+def _image(out: SetWriter, ifd: Ifd, k: int, name: str, base: tuple[int, int], georef: geo.Georef | None,
+           size: int, spans: np.ndarray) -> None:
+    h, w = _size(ifd)
+    spp = ifd.one(SAMPLES, 1)
+    planar = ifd.one(PLANAR, 1)
+    if h <= 0 or w <= 0 or spp <= 0:
+        raise Broken(f"image {k}: {h} x {w} pixels of {spp} samples")
+    dtype = _dtype(ifd, name)
+    if ifd.has(TILE_WIDTH) or ifd.has(TILE_OFFSETS):
+        tw, tl = ifd.one(TILE_WIDTH), ifd.one(TILE_LENGTH)
+        offsets, counts = ifd.ints(TILE_OFFSETS, types=_OFFSET_TYPES), ifd.ints(TILE_COUNTS, types=_OFFSET_TYPES)
+    else:
+        tw, tl = w, min(ifd.one(ROWS_PER_STRIP, 2**32 - 1), h)
+        offsets, counts = ifd.ints(STRIP_OFFSETS, types=_OFFSET_TYPES), ifd.ints(STRIP_COUNTS, types=_OFFSET_TYPES)
+        if tl > 0 and h % tl:
+            raise cannot(name, f"its last strip holds {h % tl} of {tl} rows (a zarr chunk is whole: rewrite it "
+                               "tiled, or with rows per strip dividing its height)")
+    if tw <= 0 or tl <= 0:
+        raise Broken(f"image {k}: tiles or strips of {tl} x {tw} pixels")
+    down, across = -(-h // tl), -(-w // tw)
+    separate = planar == 2 and spp > 1
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    grid: tuple[int, ...]
+    want = down * across * (spp if separate else 1)
+    if offsets.size != want or counts.size != want:
+        raise Broken(f"image {k}: {offsets.size} offsets and {counts.size} byte counts for {want} tiles or strips")
+    if (offsets < 0).any() or (counts < 0).any() or ((counts > 0) & (offsets + counts > size)).any():
+        raise Broken(f"image {k}: a tile or strip lies past the end of the file ({size} bytes)")
+    if overlapping(spans, offsets, counts).any():  # libtiff would decode the header or a directory as pixels
+        raise Broken(f"image {k}: a tile or strip overlaps the file's header or directories")
+    same = (h, w) == base
+    ydim, xdim = ("y", "x") if same else (f"y_{k}", f"x_{k}")
+    bdim = "band" if k == 0 or same else f"band_{k}"
+    if separate:
+        shape, chunks, grid, dims, axis = (spp, h, w), (1, tl, tw), (spp, down, across), [bdim, ydim, xdim], -1
+    elif spp > 1:
+        shape, chunks, grid, dims, axis = (h, w, spp), (tl, tw, spp), (down, across, 1), [ydim, xdim, bdim], -2
+    else:
+        shape, chunks, grid, dims, axis = (h, w), (tl, tw), (down, across), [ydim, xdim], -1
+    filters = _codecs(ifd, name, dtype, chunks, axis)
+    fill, nodata = _fill(ifd, dtype)
+    attrs: dict[str, Any] = {"tiff_directory": k, "NewSubfileType": ifd.one(SUBFILE, 0),
+                             "Photometric": ifd.one(PHOTOMETRIC, 1) if ifd.has(PHOTOMETRIC) else None}
+    attrs = {a: v for a, v in attrs.items() if v is not None}
+    if georef is not None:
+        attrs.update(geo.attributes(georef, base, (h, w), first=k == 0))
+    if not filters and dtype.kind in "iuf":
+        want_len = math.prod(chunks) * dtype.itemsize
+        bad = (counts > 0) & (counts != want_len)
+        if bad.any():
+            raise Broken(f"image {k}: an uncompressed tile or strip of {int(counts[bad][0])} bytes, expected "
+                         f"{want_len}")
+    # the fill value is GDAL's nodata or none (xarray masks a zarr fill value: 0 would hide real zeros);
+    # tiles never written then read as zeros, as tifffile and GDAL without nodata read them
+    out.array(name, shape=shape, chunks=chunks, dtype=dtype, fill_value=fill if nodata else None,
+              filters=filters or None, attrs=attrs, dims=dims,
+              offset=np.where(counts > 0, offsets, 0).reshape(grid), length=counts.reshape(grid))
