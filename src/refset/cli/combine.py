@@ -103,26 +103,28 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
     ro = _json_arg(a.remote_options, "--remote-options") if a.remote_options is not None else None
     options = _writer_options(a, a.output)
     coo_map, coo_dtypes = _coo_map(a.coo_map), _coo_dtypes(a.coo_dtype)
-    icechunk = _icechunk_output(a, options, ro, so)
-    if icechunk is not None:
-        inputs = [icechunk, *inputs]
-    elif a.append and os.path.exists(a.output):
-        inputs = [a.output, *inputs]
-    else:
-        _refuse_existing(a, [a.output])
+    icechunk = _icechunk_output(a, options, ro, so)  # True: refset.append adds the inputs to it
+    if not icechunk:
+        if a.append and os.path.exists(a.output):
+            inputs = [a.output, *inputs]
+        else:
+            _refuse_existing(a, [a.output])
     client = _client(a, len(inputs))
     from refset.scan import Scan
 
     run = Scan(**_scan_options(a))
     bar = Bar(len(inputs), "opening" if client is None else "scanning on the cluster", wanted(a.quiet))
+    kw: dict[str, Any] = dict(identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
+                              coo_map=coo_map, coo_dtypes=coo_dtypes, storage_options=so, remote_options=ro,
+                              scan=run, client=client, progress=bar.counting_bytes(run.read_so_far),
+                              concurrency=a.concurrency, on_error=a.on_error)
     try:
         with _unused_drops(a, 1, f"any of the {len(inputs)} inputs"):
-            rs = refset.combine(inputs, concat_dims=a.concat_dim,
-                                identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
-                                coo_map=coo_map, coo_dtypes=coo_dtypes,
-                                storage_options=so, remote_options=ro, scan=run,
-                                client=client, progress=bar.counting_bytes(run.read_so_far),
-                                concurrency=a.concurrency, on_error=a.on_error)
+            if icechunk:
+                kw["remote_options"] = options.pop("remote_options", ro)
+                rs = refset.append(inputs, a.output, concat_dim=a.concat_dim[0], format="icechunk", **options, **kw)
+            else:
+                rs = refset.combine(inputs, concat_dims=a.concat_dim, **kw)
     except InvalidReferences as e:
         raise InvalidReferences([_cli_words(p) for p in e.problems]) from None
     except Unsupported as e:
@@ -131,11 +133,7 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
         bar.close()
         if client is not None:
             client.close()  # and the embedded cluster with it
-    if icechunk is not None:
-        from refset.formats.icechunk.writer import append
-
-        append(rs, a.output, a.concat_dim[0], storage_options=so if _remote(a.output) else None, **options)
-    else:
+    if not icechunk:
         _save(rs, a.output, a, options, so)
     skipped = _skipped(rs)
     if not a.quiet:
@@ -147,30 +145,28 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
 
 
 def _icechunk_output(a: argparse.Namespace, options: dict[str, Any], ro: dict[str, Any] | None,
-                     so: dict[str, Any]) -> Any:
-    """For an Icechunk output: the data files' options go to its virtual chunk containers (unless
-    ``-O remote_options=`` says otherwise); with ``--append`` and a repository there, its view
-    (metadata and coordinates) to put first among the inputs; None otherwise. A repository there
-    without ``--append`` is a :class:`UsageError` before any work."""
+                     so: dict[str, Any]) -> bool:
+    """Whether the inputs are appended to an Icechunk repository (``--append``: refset.append makes it
+    when there is none). For any Icechunk output the data files' options go to its virtual chunk
+    containers (unless ``-O remote_options=`` says otherwise); a repository there without ``--append``
+    is a :class:`UsageError` before any work."""
     from refset.formats.registry import by_name, for_dest
 
     spec = by_name(a.format) if a.format is not None else for_dest(a.output)
     if spec.name != "icechunk":
-        return None
-    from refset.formats.icechunk import archive_view
+        return False
     from refset.formats.icechunk.repo import exists
+
     if ro is not None:
         options.setdefault("remote_options", ro)
-    dest_so = so if _remote(a.output) else None
-    if not exists(a.output, dest_so):
-        return None
-    if not a.append:
+    if a.append:
+        if len(a.concat_dim) != 1:
+            raise UsageError("--append to an Icechunk repository takes one --concat-dim")
+        return True
+    if exists(a.output, so if _remote(a.output) else None):
         raise UsageError(f"output {a.output}: an Icechunk repository exists there; give --append to add the "
                          "inputs to it in a new commit")
-    if len(a.concat_dim) != 1:
-        raise UsageError("--append to an Icechunk repository takes one --concat-dim")
-    return archive_view(a.output, a.concat_dim[0], branch=options.get("branch", "main"), storage_options=dest_so,
-                        remote_options=options.get("remote_options"))
+    return False
 
 
 def _skipped(rs: Any) -> list[dict[str, Any]]:

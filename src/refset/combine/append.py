@@ -36,6 +36,9 @@ def append(inputs: Iterable[Any], dest: str | os.PathLike[str], *, concat_dim: s
     inputs = list(inputs)
     if not inputs:
         raise Unsupported(f"append to {dest}: no inputs given")
+    if spec.name == "icechunk":  # checked before any work, as save checks them
+        spec.check_options({"message": message, "branch": branch}
+                           | ({"remote_options": remote_options} if remote_options is not None else {}))
     kw = dict(combine_options, concat_dims=[concat_dim], storage_options=storage_options,
               remote_options=remote_options)
     if spec.name == "icechunk":
@@ -50,7 +53,7 @@ def append(inputs: Iterable[Any], dest: str | os.PathLike[str], *, concat_dim: s
                   branch=branch)
             return rs
         view = archive_view(dest, concat_dim, branch=branch, storage_options=storage_options,
-                            remote_options=remote_options)
+                            remote_options=remote_options)  # names itself by dest in combine's messages
         rs = combine([view, *inputs], **kw)
         append_icechunk(rs, dest, concat_dim, storage_options=storage_options, remote_options=remote_options,
                         message=message, branch=branch)

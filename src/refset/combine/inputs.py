@@ -128,7 +128,8 @@ def open_input(x: Any, index: int = 0, *, storage_options: Mapping[str, Any] | N
         rs = load(x.doc if isinstance(x, ListItem) else x)
         if len(rs.urls) == 1:
             return rs, rs.urls[0]
-        return rs, x.name if isinstance(x, ListItem) else f"input {index}"
+        named = rs.format_info().get("name")  # a set that says what it is (an Icechunk archive's view)
+        return rs, x.name if isinstance(x, ListItem) else str(named) if named else f"input {index}"
     if not isinstance(x, str | os.PathLike):
         raise InvalidReferences(f"combine: input {index} is a {type(x).__name__}, not a set, a dict or a path")
     url = os.fspath(x)

@@ -118,15 +118,23 @@ def _strip_compression(name: str) -> str:
     return name
 
 
+def _by_prefix(url: str) -> StoredForm | None:
+    """The form whose scheme ``url`` starts with (``icechunk://``), or None."""
+    for spec in forms().values():
+        if spec.prefixes and url.lower().startswith(spec.prefixes):
+            return spec
+    return None
+
+
 def for_dest(dest: str, *, strict: bool = False) -> StoredForm:
     """The format a destination's name asks for (JSON Version 0 when nothing matches).
 
     ``strict`` (the command line): a name whose suffix no format knows (``out.xyz``) raises
     :class:`InvalidOption` naming the known suffixes; a name without a suffix is still JSON.
     """
-    for spec in forms().values():
-        if dest.lower().startswith(spec.prefixes or ("\0",)):
-            return spec
+    by_scheme = _by_prefix(dest)
+    if by_scheme is not None:
+        return by_scheme
     name = _strip_compression(dest.rstrip("/")).lower()  # suffixes in any case: OUT.JSON
     matches = [(len(x), spec) for spec in forms().values() for x in spec.suffixes if name.endswith(x)]
     if matches:  # the longest suffix: out.v1.json is Version 1
@@ -173,9 +181,9 @@ def detect_with_head(source: str, storage_options: Mapping[str, Any] | None = No
                      ) -> tuple[StoredForm, bytes | None]:
     """:func:`detect`, and for a remote file its first ``HEAD_SIZE`` bytes (all of it when shorter),
     which the reader takes instead of asking for them again."""
-    for spec in forms().values():
-        if source.lower().startswith(spec.prefixes or ("\0",)):
-            return spec, None
+    by_scheme = _by_prefix(source)
+    if by_scheme is not None:
+        return by_scheme, None
     if source.rstrip("/").rsplit("/", 1)[-1] == ".zmetadata":
         _refuse_zmetadata(source, storage_options)
     local = _local(source, storage_options)

@@ -309,3 +309,76 @@ def test_import_refset_does_not_import_icechunk() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
+
+
+def test_bad_destinations_and_options_are_named_and_leave_nothing(tmp_path: Path) -> None:
+    files = _days(tmp_path, 2)
+    rs = refset.scan(files[0])
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(Unsupported, match="is a file, not an Icechunk repository"):
+        refset.save(rs, "icechunk://" + str(afile))
+    with pytest.raises(Unsupported, match="is a file"):
+        refset.append(files, "icechunk://" + str(afile), concat_dim="time")
+    missing = tmp_path / "not" / "there"
+    with pytest.raises(Unsupported, match="no Icechunk repository there"):
+        open_store(str(missing))
+    assert not (tmp_path / "not").exists()  # looking made nothing
+    dest = "icechunk://" + str(tmp_path / "repo")
+    with pytest.raises(InvalidOption, match="message"):
+        refset.append(files, dest, concat_dim="time", message=123)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOption, match="remote_options"):
+        refset.append(files, dest, concat_dim="time", remote_options="x")  # type: ignore[arg-type]
+    assert not (tmp_path / "repo").exists()
+    refset.append(files[:1], dest, concat_dim="time")
+    with pytest.raises(Unsupported, match=r"branch 'nope'.*\(branches: main\)"):
+        refset.append(files[1:], dest, concat_dim="time", branch="nope")
+    with pytest.raises(refset.InvalidReferences, match=f"inputs '{dest}' and .*day000.nc' both have the value"):
+        refset.append(files[:1], dest, concat_dim="time")  # the repository is named as the input it is
+    out = subprocess.run([sys.executable, "-m", "refset.cli", "scan", str(tmp_path / "nope.nc"), "--concat-dim",
+                          "time", "-o", "icechunk://" + str(tmp_path / "a" / "b")], capture_output=True, text=True)
+    assert out.returncode != 0 and not (tmp_path / "a").exists()
+
+
+def test_append_keeps_special_floats_partial_variables_and_virtual_chunks(tmp_path: Path) -> None:
+    """An infinite valid_min (written as text: Icechunk takes standard JSON only) compares equal on the
+    next append; a 1-D variable along time with a chunk never written, and one pointing into the
+    files, keep their virtual chunks: only the coordinate is written anew."""
+    files = []
+    for i in range(3):
+        f = tmp_path / f"d{i}.nc"
+        with netCDF4.Dataset(f, "w") as nc:
+            nc.createDimension("time", None)
+            t = nc.createVariable("time", "f8", ("time",))
+            t.units = "days since 2020-01-01"
+            t[:] = [2 * i, 2 * i + 1]
+            q = nc.createVariable("q", "f4", ("time",), chunksizes=(1,))
+            q.valid_min = np.float32(-np.inf)
+            q[1] = 5.0 + i  # chunk 0 never written: the fill value
+            s = nc.createVariable("s", "f8", ("time",), chunksizes=(2,))
+            s[:] = np.arange(2) + 10.0 * i
+        files.append(str(f))
+    dest = "icechunk://" + str(tmp_path / "repo")
+    for f in files:
+        refset.append([f], dest, concat_dim="time", scan_options={"inline_threshold": 0})
+    with xr.open_mfdataset(files, combine="nested", concat_dim="time", mask_and_scale=False) as want:
+        got = xr.open_zarr(open_store(str(tmp_path / "repo")), consolidated=False, mask_and_scale=False)
+        for v in ("q", "s", "time"):
+            np.testing.assert_array_equal(got[v].values, want[v].values, err_msg=v)
+    session = icechunk.Repository.open(icechunk.local_filesystem_storage(str(tmp_path / "repo"))).readonly_session(
+        branch="main")
+    assert session.chunk_type("/time", [0]) == icechunk.ChunkType.INLINE  # the coordinate: rewritten
+    assert session.chunk_type("/s", [0]) == icechunk.ChunkType.VIRTUAL  # the first file's, kept
+    assert any(loc.endswith("/d0.nc") for loc in session.all_virtual_chunk_locations())
+    assert len(_history(str(tmp_path / "repo"))) == 4
+
+
+def test_a_refused_append_saves_no_container(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    dest = "icechunk://" + str(tmp_path / "repo")
+    refset.append(_days(tmp_path / "a", 2, start=2), dest, concat_dim="time")
+    with pytest.raises((Unsupported, refset.InvalidReferences)):
+        refset.append(_days(tmp_path / "b", 1, start=0, chunk=(2, 6, 100)), dest, concat_dim="time")
+    config = icechunk.Repository.fetch_config(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    assert list(config.virtual_chunk_containers) == [f"file://{tmp_path}/a/"]

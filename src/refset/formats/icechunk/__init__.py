@@ -35,7 +35,8 @@ class IcechunkForm(StoredForm):
     readable: ClassVar[bool] = False
     options: ClassVar[tuple[Option, ...]] = (
         Option("message", str, "the commit's message", none_ok=True),
-        Option("branch", str, "the branch committed to (made from main when new)"),
+        Option("branch", str, "the branch committed to (a new repository makes it from main; an append "
+               "writes to a branch there)"),
         Option("remote_options", dict, "fsspec-style options of the data files (S3 endpoint, keys, anon): "
                "the virtual chunk containers' configuration and credentials"),
     )

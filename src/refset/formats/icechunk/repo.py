@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from refset.errors import InvalidOption, Unsupported
 
 __all__ = ["SCHEME", "inner", "location", "container_prefixes", "open_repository", "open_store", "exists",
-           "import_icechunk"]
+           "import_icechunk", "session", "remove"]
 
 SCHEME = "icechunk://"
 
@@ -66,6 +66,8 @@ def _s3_parts(url: str) -> tuple[str, str]:
 def _s3_settings(options: Mapping[str, Any]) -> dict[str, Any]:
     """Icechunk's S3 settings from fsspec/s3fs-style options."""
     ck = options.get("client_kwargs") or {}
+    if not isinstance(ck, Mapping) or not isinstance(ck.get("config_kwargs") or {}, Mapping):
+        raise InvalidOption(f"client_kwargs: a mapping (endpoint_url, region_name), got {ck!r}")
     endpoint = options.get("endpoint_url") or ck.get("endpoint_url")
     region = options.get("region") or ck.get("region_name") or (ck.get("config_kwargs") or {}).get("region_name")
     if endpoint and not region:
@@ -149,42 +151,83 @@ def _credentials(prefix: str, remote_options: Mapping[str, Any]) -> Any:
     return None  # Icechunk's default: from the environment
 
 
+def _icechunk_failure(e: BaseException) -> bool:
+    """An error Icechunk raised (its own, or a panic of its Rust core, which is a BaseException)."""
+    return type(e).__module__.split(".")[0] in ("icechunk", "_icechunk_python", "pyo3_runtime")
+
+
+def _reason(e: BaseException) -> str:
+    """The first meaningful line of an Icechunk error (its text starts with a stray marker)."""
+    for line in str(e).strip().splitlines():
+        line = line.strip().removeprefix("x ").strip()
+        if line:
+            return line
+    return type(e).__name__
+
+
 def exists(dest: str, storage_options: Mapping[str, Any] | None = None) -> bool:
+    """Whether a repository is at ``dest``; nothing is made (Icechunk's local storage makes the
+    directory it is asked about, so a local path is looked at first)."""
     ic = import_icechunk()
-    return bool(ic.Repository.exists(storage(dest, storage_options)))
+    where = inner(dest)
+    if "://" not in where:
+        if not os.path.lexists(where):
+            return False
+        if not os.path.isdir(where):
+            raise Unsupported(f"{dest}: is a file, not an Icechunk repository (a directory)")
+    try:
+        return bool(ic.Repository.exists(storage(dest, storage_options)))
+    except BaseException as e:
+        if not _icechunk_failure(e):
+            raise
+        raise Unsupported(f"{dest}: cannot be read as an Icechunk repository: {_reason(e)}") from None
+
+
+def session(repo: Any, dest: str, branch: str, *, writable: bool) -> Any:
+    """A session of ``branch``, or :class:`Unsupported` naming the branches there are."""
+    try:
+        return repo.writable_session(branch) if writable else repo.readonly_session(branch=branch)
+    except BaseException as e:
+        if not _icechunk_failure(e):
+            raise
+        try:
+            branches = ", ".join(sorted(repo.list_branches()))
+        except Exception:
+            branches = "?"
+        raise Unsupported(f"{dest}: branch {branch!r}: {_reason(e)} (branches: {branches})") from None
 
 
 def open_repository(dest: str, *, storage_options: Mapping[str, Any] | None = None,
                     remote_options: Mapping[str, Any] | None = None, prefixes: Iterable[str] = (),
-                    create: bool = False) -> Any:
-    """The repository at ``dest`` (made when ``create``), with a virtual chunk container for each of
-    ``prefixes`` added to its config (saved with the next commit) and every container it holds
-    authorized for reading."""
+                    create: bool = False) -> tuple[Any, bool]:
+    """``(repository, containers added)``: the repository at ``dest`` (made when ``create``), with a
+    virtual chunk container for each of ``prefixes`` it lacks added to its config and every container
+    it holds authorized for reading. Added containers are the caller's to save
+    (``repository.save_config()``, after its commit: readers find containers there)."""
     ic = import_icechunk()
-    st = storage(dest, storage_options)
     ro = dict(remote_options or {})
-    if create:
-        config = ic.RepositoryConfig.default()
-    else:
-        config = ic.Repository.fetch_config(st) or ic.RepositoryConfig.default()
-    held = set((config.virtual_chunk_containers or {}).keys())
-    added = False
-    for p in prefixes:
-        if p not in held and not any(p.startswith(h) for h in held):
-            config.set_virtual_chunk_container(ic.VirtualChunkContainer(p, _container_store(p, ro)))
-            held.add(p)
-            added = True
-    creds = ic.containers_credentials({p: _credentials(p, ro) for p in held}) if held else None
     try:
+        st = storage(dest, storage_options)
         if create:
-            return ic.Repository.create(st, config=config, authorize_virtual_chunk_access=creds)
-        repo = ic.Repository.open(st, config=config, authorize_virtual_chunk_access=creds)
-        if added:  # readers find containers in the repository's saved config, not in a commit
-            repo.save_config()
-        return repo
-    except ic.IcechunkError as e:
+            config = ic.RepositoryConfig.default()
+        else:
+            config = ic.Repository.fetch_config(st) or ic.RepositoryConfig.default()
+        held = set((config.virtual_chunk_containers or {}).keys())
+        added = False
+        for p in prefixes:
+            if p not in held and not any(p.startswith(h) for h in held):
+                config.set_virtual_chunk_container(ic.VirtualChunkContainer(p, _container_store(p, ro)))
+                held.add(p)
+                added = True
+        creds = ic.containers_credentials({p: _credentials(p, ro) for p in held}) if held else None
+        if create:
+            return ic.Repository.create(st, config=config, authorize_virtual_chunk_access=creds), added
+        return ic.Repository.open(st, config=config, authorize_virtual_chunk_access=creds), added
+    except BaseException as e:
+        if not _icechunk_failure(e):
+            raise
         raise Unsupported(f"{dest}: the Icechunk repository cannot be {'made' if create else 'opened'}: "
-                          f"{str(e).strip().splitlines()[0]}") from None
+                          f"{_reason(e)}") from None
 
 
 def open_store(dest: str, *, branch: str = "main", storage_options: Mapping[str, Any] | None = None,
@@ -194,5 +237,22 @@ def open_store(dest: str, *, branch: str = "main", storage_options: Mapping[str,
     credentials): ``xarray.open_zarr(open_store(dest), consolidated=False)``."""
     if not exists(dest, storage_options):
         raise Unsupported(f"{dest}: no Icechunk repository there")
-    repo = open_repository(dest, storage_options=storage_options, remote_options=remote_options)
-    return repo.readonly_session(branch=branch).store
+    repo, _ = open_repository(dest, storage_options=storage_options, remote_options=remote_options)
+    return session(repo, dest, branch, writable=False).store
+
+
+def remove(dest: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Remove the repository at ``dest`` (one this process made and failed to fill), quietly."""
+    where = inner(dest)
+    try:
+        if "://" not in where:
+            import shutil
+
+            shutil.rmtree(where, ignore_errors=True)
+        else:
+            import fsspec
+
+            fs, path = fsspec.core.url_to_fs(where, **dict(storage_options or {}))
+            fs.rm(path, recursive=True)
+    except Exception:  # the write's own error is the one to raise
+        pass

@@ -2,25 +2,27 @@
 
 Icechunk 1.x lists a repository's chunks but not where its virtual chunks point, so a repository is not
 read back into a reference set. What appending needs of it is its metadata (to compare the new
-inputs with and place them after) and the values of its coordinates along the dimension appended to
+inputs with and place them after) and the values of the coordinate along the dimension appended to
 (to re-encode the new ones and find duplicates): :func:`archive_view` is a set with every group's and
-array's metadata (as zarr v2, as scanners make it), each 1-D array along that dimension with its chunks inline (their stored bytes, read
-through Icechunk), and no chunks elsewhere. It exists for :func:`refset.append`, which hands the
-combined set to :func:`~refset.formats.icechunk.writer.append`; the missing chunks are the
+array's metadata (as zarr v2, as scanners make it), the coordinate's chunks inline (their stored
+bytes, read through Icechunk) and no chunks elsewhere. It exists for :func:`refset.append`, which
+hands the combined set to :func:`~refset.formats.icechunk.writer.append`; the missing chunks are the
 repository's, never written again. It is not a set to read values from.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from refset.errors import Unsupported
-from refset.formats.icechunk.repo import exists, open_repository
+from refset.formats.icechunk.repo import exists, open_repository, session
 from refset.formats.icechunk.writer import get_document
+from refset.model.decoding import CF_DECODING
 from refset.model.metadata import ArrayMetadata
 from refset.model.table import INLINE, ChunkTable, KeyTable
 from refset.model.transforms import with_zarr_format
@@ -30,8 +32,21 @@ if TYPE_CHECKING:
 
 __all__ = ["archive_view", "MAX_COORDINATE_BYTES"]
 
-#: A 1-D array along the dimension larger than this is not a coordinate to read whole.
+#: A coordinate larger than this is not read for an append.
 MAX_COORDINATE_BYTES = 256 << 20
+#: Attributes whose NaN and infinite values the writer spelled as text (Icechunk takes standard JSON
+#: only), read back as numbers so that combine compares numbers with numbers.
+_NUMERIC = frozenset({*CF_DECODING, "actual_range"}) - {"_Unsigned", "_Encoding"}
+_SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _floats(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    def back(v: Any) -> Any:
+        if isinstance(v, list):
+            return [back(x) for x in v]
+        return _SPECIAL.get(v, v) if isinstance(v, str) else v
+
+    return {k: back(v) if k in _NUMERIC else v for k, v in attrs.items()}
 
 
 def _walk(store: Any, path: str, out: dict[str, dict[str, Any]]) -> None:
@@ -59,8 +74,8 @@ def archive_view(dest: str, dim: str, *, branch: str = "main", storage_options: 
 
     if not exists(dest, storage_options):
         raise Unsupported(f"{dest}: no Icechunk repository there to append to")
-    repo = open_repository(dest, storage_options=storage_options, remote_options=remote_options)
-    store = repo.readonly_session(branch=branch).store
+    repo, _ = open_repository(dest, storage_options=storage_options, remote_options=remote_options)
+    store = session(repo, dest, branch, writable=False).store
     nodes: dict[str, dict[str, Any]] = {}
     _walk(store, "", nodes)
     metadata: dict[str, Any] = {}
@@ -71,11 +86,15 @@ def archive_view(dest: str, dim: str, *, branch: str = "main", storage_options: 
         if doc.get("node_type") != "array":
             groups[key] = (INLINE, 0, 0, 0, json.dumps(doc).encode())
             continue
+        doc = {**doc, "attributes": _floats(doc.get("attributes") or {})}
         meta = ArrayMetadata.from_v3(doc)
         metadata[key] = doc
         grid = meta.grid
         names = list(doc.get("dimension_names") or [])
-        if names == [dim] and grid.shape[0] * meta.dtype.itemsize <= MAX_COORDINATE_BYTES:
+        if path == dim and names == [dim]:
+            if grid.shape[0] * meta.dtype.itemsize > MAX_COORDINATE_BYTES:
+                raise Unsupported(f"{dest}: the coordinate {dim!r} holds {grid.shape[0]:,} values, more than "
+                                  f"{MAX_COORDINATE_BYTES >> 20} MiB to read for an append")
             flat = np.arange(grid.nchunks, dtype=np.int64)
             inline = {}
             for i in flat.tolist():
@@ -88,5 +107,5 @@ def archive_view(dest: str, dim: str, *, branch: str = "main", storage_options: 
         else:
             tables[path] = ChunkTable.empty(grid)
     view = ReferenceSet.from_arrays(metadata, tables, (), other=KeyTable.from_items(groups),
-                                    info={"format": "icechunk archive view", "source": dest})
+                                    info={"format": "icechunk archive view", "name": dest})
     return with_zarr_format(view, 2)  # compared with the inputs' metadata as zarr v2, as scans make it

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from refset.errors import Unsupported
+from refset.errors import ReferenceNotReachable, Unsupported
 from refset.formats.icechunk.repo import (
     container_prefixes,
     exists,
@@ -27,6 +26,8 @@ from refset.formats.icechunk.repo import (
     inner,
     location,
     open_repository,
+    remove,
+    session,
 )
 from refset.model.decoding import attrs_difference, decoding_attrs
 from refset.model.table import INLINE, RANGE, WHOLE
@@ -138,7 +139,7 @@ def _chunk_key(path: str, index: Sequence[int]) -> str:
     return f"{path}/c" + "".join(f"/{i}" for i in index)
 
 
-def _whole_sizes(rs: ReferenceSet, plan: Plan, remote_options: Mapping[str, Any]) -> dict[int, int]:
+def _whole_sizes(rs: ReferenceSet, remote_options: Mapping[str, Any]) -> dict[int, int]:
     """The sizes of the files referenced whole (Icechunk takes offset and length)."""
     ids: set[int] = set()
     for p in rs.grids:
@@ -147,13 +148,16 @@ def _whole_sizes(rs: ReferenceSet, plan: Plan, remote_options: Mapping[str, Any]
     out = {}
     for i in ids:
         url = rs.urls[i]
-        if "://" not in url or url.startswith("file://"):
-            out[i] = os.path.getsize(url.removeprefix("file://"))
-        else:
-            import fsspec
+        try:
+            if "://" not in url or url.startswith("file://"):
+                out[i] = os.path.getsize(url.removeprefix("file://"))
+            else:
+                import fsspec
 
-            fs, path = fsspec.core.url_to_fs(url, **dict(remote_options))
-            out[i] = int(fs.size(path))
+                fs, path = fsspec.core.url_to_fs(url, **dict(remote_options))
+                out[i] = int(fs.size(path))
+        except OSError as e:
+            raise ReferenceNotReachable("", url, f"its size (a whole-file reference): {e}") from None
     return out
 
 
@@ -231,7 +235,7 @@ def _write_arrays(store: Any, plan: Plan, paths: Iterable[str], sizes: Mapping[i
 
 
 def _special(v: Any) -> Any:
-    """``v`` with NaN and infinite floats as the strings zarr-python writes for them (``"NaN"``,
+    """``v`` with NaN and infinite floats as zarr v3 spells special fill values (``"NaN"``,
     ``"Infinity"``, ``"-Infinity"``): Icechunk takes standard JSON only."""
     if isinstance(v, float) and not math.isfinite(v):
         return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
@@ -278,21 +282,23 @@ def write(rs: ReferenceSet, dest: Any, *, storage_options: Mapping[str, Any] | N
     if exists(dest, storage_options):
         raise Unsupported(f"{dest}: an Icechunk repository exists there: append to it (refset.append, or "
                           "--append on the command line) or write a new one elsewhere")
-    sizes = _whole_sizes(plan.rs, plan, remote_options or {})
-    repo = open_repository(dest, storage_options=storage_options, remote_options=remote_options,
-                           prefixes=plan.prefixes, create=True)
+    sizes = _whole_sizes(plan.rs, remote_options or {})
+    made = "://" in inner(dest) or not os.path.lexists(inner(dest))
+    repo, _ = open_repository(dest, storage_options=storage_options, remote_options=remote_options,
+                              prefixes=plan.prefixes, create=True)
     try:
         if branch != "main":
-            repo.create_branch(branch, repo.lookup_branch("main"))
-        session = repo.writable_session(branch)
-        store = session.store
+            try:
+                repo.create_branch(branch, repo.lookup_branch("main"))
+            except BaseException as e:
+                raise Unsupported(f"{dest}: branch {branch!r} cannot be made: {e}") from None
+        store = session(repo, dest, branch, writable=True).store
         put_documents(store, _metadata_docs(plan, list(plan.arrays)))
         counts = _write_arrays(store, plan, plan.arrays, sizes)
-        session.commit(_message(message, len(plan.arrays), counts, "wrote"))
+        store.session.commit(_message(message, len(plan.arrays), counts, "wrote"))
     except BaseException:
-        where = inner(dest)
-        if "://" not in where:  # a repository half made is no repository: a rerun starts clean
-            shutil.rmtree(where, ignore_errors=True)
+        if made:  # a repository half made is no repository: a rerun starts clean
+            remove(dest, storage_options)
         raise
 
 
@@ -300,11 +306,14 @@ def _write_into(dest: Any, plan: Plan, remote_options: Mapping[str, Any], messag
     """:func:`write` into a Repository or a writable session's IcechunkStore."""
     ic = import_icechunk()
     if isinstance(dest, ic.Repository):
-        config, session = dest.config, None
+        config, sess = dest.config, None
     elif isinstance(dest, ic.IcechunkStore):
         if dest.read_only:
             raise Unsupported("the IcechunkStore is read-only: give the store of a writable session")
-        config, session = dest.session.config, dest.session
+        if message is not None or branch != "main":
+            raise Unsupported("message= and branch= are not used with an IcechunkStore: its session's branch "
+                              "is written, and the commit is its caller's")
+        config, sess = dest.session.config, dest.session
     else:
         raise Unsupported(f"an Icechunk destination is a path, an icechunk.Repository or an IcechunkStore, "
                           f"not {type(dest).__name__}")
@@ -314,14 +323,14 @@ def _write_into(dest: Any, plan: Plan, remote_options: Mapping[str, Any], messag
         raise Unsupported(f"the repository has no virtual chunk container for {', '.join(missing)}: add "
                           "one for each (icechunk.VirtualChunkContainer in its RepositoryConfig), or write "
                           "to a path, where refset makes them")
-    sizes = _whole_sizes(plan.rs, plan, remote_options)
-    if session is None:
-        session = dest.writable_session(branch)
-    store = session.store
+    sizes = _whole_sizes(plan.rs, remote_options)
+    if sess is None:
+        sess = session(dest, "the repository", branch, writable=True)
+    store = sess.store
     put_documents(store, _metadata_docs(plan, list(plan.arrays)))
     counts = _write_arrays(store, plan, plan.arrays, sizes)
     if isinstance(dest, ic.Repository):
-        session.commit(_message(message, len(plan.arrays), counts, "wrote"))
+        sess.commit(_message(message, len(plan.arrays), counts, "wrote"))
 
 
 def _comparable(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -333,31 +342,34 @@ def append(rs: ReferenceSet, dest: str, dim: str, *, storage_options: Mapping[st
            branch: str = "main") -> None:
     """Add to the repository at ``dest`` the rows of ``rs`` along ``dim`` past those it holds, in a new
     commit on ``branch``. ``rs`` is the archive's view combined with new inputs (its first rows are
-    the archive's): an array along ``dim`` holding every chunk (a coordinate whose values combine
-    re-encoded) is written whole; any other keeps the repository's chunks and gains the new ones, its
-    metadata equal to the repository's but for its length and attributes that do not change decoding.
-    A difference is refused naming the array before anything is written."""
+    the archive's, their chunks absent): the coordinate ``dim``, whose values combine read and
+    re-encoded, is written whole; every other array along ``dim`` keeps the repository's chunks and
+    gains the new ones, its metadata equal to the repository's but for its length and attributes that
+    do not change decoding; arrays without ``dim`` stay as they are. A difference is refused naming
+    the array before anything is written; containers for new places are saved after the commit."""
     plan = plan_of(rs)
-    sizes = _whole_sizes(plan.rs, plan, remote_options or {})
-    repo = open_repository(dest, storage_options=storage_options, remote_options=remote_options,
-                           prefixes=plan.prefixes)
-    session = repo.writable_session(branch)
-    store = session.store
+    sizes = _whole_sizes(plan.rs, remote_options or {})
+    repo, added = open_repository(dest, storage_options=storage_options, remote_options=remote_options,
+                                  prefixes=plan.prefixes)
+    sess = session(repo, dest, branch, writable=True)
+    store = sess.store
     work: list[str] = []
     for p, doc in plan.arrays.items():
         old_raw = get_document(store, f"{p}/zarr.json")
         if old_raw is None:
-            raise Unsupported(f"{dest}: append: array {p!r} is not in the repository: the new inputs must hold "
-                              "the archive's variables")
+            raise Unsupported(f"{dest}: append: the inputs have a variable {p!r} that the repository has not: "
+                              "an append adds rows to the repository's variables (drop it, or write a new "
+                              "repository)")
         old = json.loads(old_raw)
         names = list(doc.get("dimension_names") or [])
         t = plan.rs.table(p)
-        whole = t.count() == t.nchunks
         if dim not in names:
             if _comparable(old) != _comparable(doc) or old.get("shape") != doc.get("shape"):
                 raise Unsupported(f"{dest}: append: {p!r} (without {dim!r}) differs from the repository's")
             continue
-        if whole:
+        if p == dim and names == [dim]:  # the coordinate: combine read every value
+            if t.count() != t.nchunks:
+                raise Unsupported(f"{dest}: append: the coordinate {dim!r} has chunks never written")
             work.append(p)
             continue
         axis = names.index(dim)
@@ -373,13 +385,15 @@ def append(rs: ReferenceSet, dest: str, dim: str, *, storage_options: Mapping[st
         if flat.size:
             first = int(np.unravel_index(flat, plan.rs.grids[p].grid_shape)[axis].min())
             if first < start:
-                raise Unsupported(f"{dest}: append: {p!r} has chunks in the repository's rows (chunk row {first} "
-                                  f"of {start}): give the archive's view combined with the new inputs "
-                                  "(refset.append does)")
+                raise Unsupported(f"{dest}: append: {p!r}: new chunks at row {first} of {dim!r}, within the "
+                                  f"repository's {start} rows of chunks: appended inputs must come after the "
+                                  "repository's last value along it")
         work.append(p)
     put_documents(store, _metadata_docs(plan, work))
     counts = _write_arrays(store, plan, work, sizes)
-    session.commit(_message(message, len(work), counts, "appended to"))
+    sess.commit(_message(message, len(work), counts, "appended to"))
+    if added:  # readers find containers in the repository's saved config, not in a commit
+        repo.save_config()
 
 
 def _check_same(dest: str, path: str, old: Mapping[str, Any], new: Mapping[str, Any], axis: int, dim: str) -> None:
@@ -395,7 +409,8 @@ def _check_same(dest: str, path: str, old: Mapping[str, Any], new: Mapping[str, 
         raise Unsupported(f"{where}: shape {sn} differs from the repository's {so} on dims other than {dim!r}")
     if sn[axis] < so[axis]:
         raise Unsupported(f"{where}: {sn[axis]} rows along {dim!r}, fewer than the repository's {so[axis]}")
-    diff = attrs_difference(decoding_attrs(old.get("attributes") or {}), decoding_attrs(new.get("attributes") or {}))
+    diff = attrs_difference(decoding_attrs(old.get("attributes") or {}),  # as written: special floats as text
+                            decoding_attrs(_special(new.get("attributes") or {})))
     if diff is not None:
         raise Unsupported(f"{where}: attribute {diff[0]} {diff[2]!r} differs from the repository's {diff[1]!r}: "
                           "its values would decode differently")
