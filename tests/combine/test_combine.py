@@ -234,6 +234,27 @@ def test_inputs_spelling_chunk_keys_differently_combine(tmp_path: Path) -> None:
         combine(files, concat_dims="time")).load())
 
 
+def test_a_scalar_coordinate_is_a_new_dim(tmp_path: Path) -> None:
+    """Files holding one time as a 0-d variable (GRIB's and many daily products' way) combine along
+    it as a new dim that every variable gains, as kerchunk's MultiZarrToZarr does: each file's values
+    kept (a 0-d time once made the dim look present, and the variables came from the first file)."""
+    files = []
+    for i in range(3):
+        p = tmp_path / f"s{i}.nc"
+        with nc4.Dataset(p, "w") as ds:
+            ds.createDimension("x", 4)
+            t = ds.createVariable("time", "f8", ())
+            t.units = "days since 2024-01-01"
+            t.assignValue(float(i))
+            ds.createVariable("v", "f4", ("x",))[:] = np.arange(4) + 10.0 * i
+        files.append(str(p))
+    ds = refset.open_dataset(combine(files, concat_dims="time"))
+    want = xr.concat([xr.open_dataset(f) for f in files], dim="time")
+    assert ds["v"].dims == ("time", "x")
+    np.testing.assert_array_equal(ds["v"].values, want["v"].values)
+    np.testing.assert_array_equal(ds["time"].values, want["time"].values)
+
+
 def test_append_is_combining_with_the_existing_set(tmp_path: Path) -> None:
     files = _days(tmp_path, 4)
     out = tmp_path / "all.json"

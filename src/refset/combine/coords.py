@@ -121,8 +121,8 @@ def _cast(per: list[np.ndarray], dtype: Any, attrs: dict[str, Any], dim: str,
 
 
 def _has_dim(metadata: Mapping[str, Any], dim: str) -> bool:
-    if dim in metadata:
-        return True
+    """Whether an array of ``metadata`` has the dimension ``dim`` (a 0-d variable of that name, such
+    as a GRIB file's or a daily file's scalar ``time``, makes it a new dim: every variable gains it)."""
     return any(dim in (m.dimension_names or ()) for m in metadata.values())
 
 
