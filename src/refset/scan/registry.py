@@ -21,6 +21,7 @@ _BUILTIN = (
     ("hdf5", "refset.scan.hdf5.scanner:HDF5Scanner"),
     ("netcdf3", "refset.scan.netcdf3.scanner:NetCDF3Scanner"),
     ("tiff", "refset.scan.tiff.scanner:TiffScanner"),
+    ("grib", "refset.scan.grib.scanner:GribScanner"),
 )
 
 

@@ -1,0 +1,389 @@
+"""GRIB files (editions 1 and 2) -> reference sets: the :class:`GribScanner`.
+
+Messages are framed by refset (the ``GRIB`` indicator, the edition's length field, the ``7777`` end
+marker); their keys are read with ecCodes, the library cfgrib reads them with. Messages are grouped
+into variables as cfgrib groups them: one per (cfVarName, typeOfLevel, stepType, grid), with the
+ensemble number, reference time, step and level as dimensions where a variable has more than one of
+them (scalar coordinates otherwise), named as cfgrib names them (``number``, ``time``, ``step``, the
+level type: ``isobaricInhPa``, ``surface`` ...; ``valid_time`` beside them). Each message is one chunk,
+decoded by the ``refset_grib`` codec (:mod:`.codec`) into float32 values, missing points NaN. Grids:
+regular and Gaussian latitude/longitude give 1-D ``latitude``/``longitude``; any other (Lambert, polar
+stereographic, ...) ``y``/``x`` dims with 2-D ``latitude``/``longitude`` coordinates. Coordinates are
+stored in the set (inline).
+
+Refused, naming the variable: two messages at the same coordinates (cfgrib keeps the first and warns;
+refset does not choose), alternative row scanning. A file that is not GRIB past its first message, or
+whose messages are cut, is :class:`~refset.errors.InvalidFile`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from refset.abc.scanner import Scanner
+from refset.errors import InvalidFile, Unsupported
+from refset.io.scanfile import ScanFile
+from refset.model.refset import ReferenceSet
+from refset.scan.writer import INLINE_THRESHOLD, DropList, SetWriter, cannot, common_options
+
+__all__ = ["GribScanner", "frame", "MAX_MESSAGES"]
+
+MAX_MESSAGES = 1_000_000
+_BATCH = 64 << 20  # message bytes read at a time
+_EPOCH = _dt.datetime(1970, 1, 1)
+_KEYS_STR = ("cfVarName", "shortName", "typeOfLevel", "stepType", "gridType", "units", "name", "cfName")
+_KEYS_INT = ("paramId", "dataDate", "dataTime", "Ni", "Nj", "edition")
+
+
+class Broken(ValueError):
+    pass
+
+
+def frame(read_at: Callable[[int, int], bytes], size: int) -> list[tuple[int, int]]:
+    """``(offset, length)`` of every message of the file."""
+    out: list[tuple[int, int]] = []
+    at = 0
+    while at < size:
+        head = read_at(at, 16)
+        if len(head) < 8 or head[:4] != b"GRIB":
+            # bytes between messages (padding, a WMO bulletin header): look a little further
+            window = read_at(at, 4096)
+            k = window.find(b"GRIB")
+            if k > 0:
+                at += k
+                continue
+            if out and (len(window) < 4096 or not window.strip(b"\0\r\n ")):
+                break  # padding, or a short tail, after the last message
+            raise Broken(f"no GRIB message at byte {at}")
+        edition = head[7]
+        if edition == 2:
+            if len(head) < 16:
+                raise Broken(f"message at byte {at}: its header is cut")
+            length = int.from_bytes(head[8:16], "big")
+        elif edition == 1:
+            length = int.from_bytes(head[4:7], "big")
+        else:
+            raise Broken(f"message at byte {at}: GRIB edition {edition}")
+        if length < 16 or at + length > size:
+            raise Broken(f"message at byte {at}: {length} bytes, past the end of the file ({size} bytes)")
+        if read_at(at + length - 4, 4) != b"7777":
+            raise Broken(f"message at byte {at}: no 7777 end marker at its end ({length} bytes)")
+        out.append((at, length))
+        if len(out) > MAX_MESSAGES:
+            raise Broken(f"more than {MAX_MESSAGES} messages")
+        at += length
+    if not out:
+        raise Broken("no GRIB message")
+    return out
+
+
+@dataclass
+class _Message:
+    offset: int
+    length: int
+    keys: dict[str, Any]
+    grid: tuple[Any, ...]
+    time: int  # reference time, seconds since 1970
+    step: int  # minutes
+    level: float
+    number: int
+
+
+@dataclass
+class _Grid:
+    kind: str  # "latlon" or "xy"
+    lat: np.ndarray
+    lon: np.ndarray
+    shape: tuple[int, int]
+
+
+@dataclass
+class _Variable:
+    name: str
+    messages: list[_Message] = field(default_factory=list)
+
+
+def _keys(data: bytes) -> tuple[dict[str, Any], _Grid | None, tuple[Any, ...]]:
+    import eccodes
+
+    h = eccodes.codes_new_from_message(data)
+    try:
+        k: dict[str, Any] = {}
+        for name in _KEYS_STR:
+            try:
+                k[name] = str(eccodes.codes_get(h, name, str))
+            except eccodes.KeyValueNotFoundError:
+                k[name] = None
+        for name in _KEYS_INT:
+            try:
+                k[name] = int(eccodes.codes_get(h, name, int))
+            except eccodes.KeyValueNotFoundError:
+                k[name] = None
+        eccodes.codes_set(h, "stepUnits", "m")
+        k["step"] = int(eccodes.codes_get(h, "endStep", int))
+        try:
+            k["level"] = float(eccodes.codes_get(h, "level", float))
+        except eccodes.KeyValueNotFoundError:
+            k["level"] = 0.0
+        try:
+            k["number"] = int(eccodes.codes_get(h, "number", int))
+        except (eccodes.KeyValueNotFoundError, eccodes.GribInternalError):
+            k["number"] = 0
+        try:
+            k["alternativeRowScanning"] = int(eccodes.codes_get(h, "alternativeRowScanning", int))
+        except eccodes.KeyValueNotFoundError:
+            k["alternativeRowScanning"] = 0
+        ni, nj = k["Ni"], k["Nj"]
+        try:
+            geometry = tuple(eccodes.codes_get(h, g, float) for g in (
+                "latitudeOfFirstGridPointInDegrees", "longitudeOfFirstGridPointInDegrees",
+                "latitudeOfLastGridPointInDegrees", "longitudeOfLastGridPointInDegrees"))
+        except eccodes.KeyValueNotFoundError:
+            geometry = ()
+        grid_id = (k["gridType"], ni, nj, geometry, int(eccodes.codes_get(h, "numberOfPoints", int)))
+        return k, None, grid_id
+    finally:
+        eccodes.codes_release(h)
+
+
+def _geography(data: bytes) -> _Grid:
+    import eccodes
+
+    h = eccodes.codes_new_from_message(data)
+    try:
+        ni, nj = int(eccodes.codes_get(h, "Ni", int)), int(eccodes.codes_get(h, "Nj", int))
+        lat = np.asarray(eccodes.codes_get_array(h, "latitudes"), np.float64)
+        lon = np.asarray(eccodes.codes_get_array(h, "longitudes"), np.float64)
+        kind = str(eccodes.codes_get(h, "gridType", str))
+    finally:
+        eccodes.codes_release(h)
+    if ni <= 0 or nj <= 0 or lat.size != ni * nj:
+        raise Unsupported(f"grid {kind!r} of {lat.size} points is not {nj} x {ni}")
+    lat2, lon2 = lat.reshape(nj, ni), lon.reshape(nj, ni)
+    if kind in ("regular_ll", "regular_gg"):
+        return _Grid("latlon", lat2[:, 0].copy(), lon2[0, :].copy(), (nj, ni))
+    return _Grid("xy", lat2, lon2, (nj, ni))
+
+
+def _seconds(date: int | None, time: int | None) -> int:
+    if date is None:
+        return 0
+    d = _dt.datetime(date // 10000, date // 100 % 100, date % 100, (time or 0) // 100, (time or 0) % 100)
+    return int((d - _EPOCH).total_seconds())
+
+
+class GribScanner(Scanner):
+    """GRIB files, editions 1 and 2 (needs ecCodes: ``pip install 'refset[grib]'``)."""
+
+    name: ClassVar[str] = "grib"
+    options: ClassVar[frozenset[str]] = frozenset({"group", "max_inline"})
+
+    def __init__(self, *, inline_threshold: int = INLINE_THRESHOLD, drop_variables: Any = (),
+                 subchunk: int | None = None, group: str | None = None, max_inline: int | None = None) -> None:
+        self.inline_threshold, self.drop, self.subchunk = common_options(inline_threshold, drop_variables,
+                                                                         subchunk)
+        self.config = {"inline_threshold": inline_threshold, "drop_variables": self.drop, "subchunk": subchunk}
+
+    @classmethod
+    def sniff(cls, head: bytes) -> bool:
+        # docstring inherited
+        return head[:4] == b"GRIB" and len(head) > 7 and head[7] in (1, 2)
+
+    def __call__(self, file: ScanFile) -> ReferenceSet:
+        # docstring inherited
+        try:
+            import eccodes  # noqa: F401
+        except ImportError:
+            raise Unsupported("GRIB files need ecCodes: pip install 'refset[grib]'") from None
+        drop = DropList(self.drop)
+        try:
+            spans = frame(file.read_at, file.size)
+        except Broken as e:
+            raise InvalidFile(f"{file.url}: not a valid GRIB file: {e}") from None
+        messages: list[_Message] = []
+        grids: dict[tuple[Any, ...], _Grid] = {}
+        batch: list[tuple[int, int]] = []
+        total = 0
+
+        def flush() -> None:
+            datas = file.read_ranges([o for o, _ in batch], [n for _, n in batch])
+            for (o, n), data in zip(batch, datas, strict=True):
+                try:
+                    k, _, gid = _keys(data)
+                    if gid not in grids:
+                        grids[gid] = _geography(data)
+                except Unsupported:
+                    raise
+                except Exception as e:
+                    raise InvalidFile(f"{file.url}: the GRIB message at byte {o} cannot be read: "
+                                      f"{type(e).__name__}: {e}") from None
+                messages.append(_Message(o, n, k, gid, _seconds(k["dataDate"], k["dataTime"]), k["step"],
+                                         k["level"], k["number"]))
+            batch.clear()
+
+        for o, n in spans:
+            batch.append((o, n))
+            total += n
+            if total >= _BATCH:
+                flush()
+                total = 0
+        if batch:
+            flush()
+        out = SetWriter(file.url, self.inline_threshold)
+        out.group("", {"GRIB_edition": messages[0].keys.get("edition"), "Conventions": "CF-1.7"})
+        _write(out, messages, grids, drop)
+        drop.warn_unused(file.url)
+        return out.build(file.read_ranges)
+
+
+_COORD_ATTRS = {
+    "time": {"units": "seconds since 1970-01-01T00:00:00", "calendar": "proleptic_gregorian",
+             "standard_name": "forecast_reference_time", "long_name": "initial time of forecast"},
+    "step": {"units": "minutes", "standard_name": "forecast_period", "long_name": "time since forecast_reference_time",
+             "dtype": "timedelta64[ns]"},  # xarray decodes it as a timedelta, as cfgrib gives it
+    "valid_time": {"units": "seconds since 1970-01-01T00:00:00", "calendar": "proleptic_gregorian",
+                   "standard_name": "time", "long_name": "time"},
+    "number": {"long_name": "ensemble member numerical id", "standard_name": "realization", "units": "1"},
+}
+
+
+#: Level types' coordinate attributes as cfgrib writes them; pressure levels are stored decreasing.
+_LEVELS: dict[str, dict[str, Any]] = {
+    "isobaricInhPa": {"units": "hPa", "positive": "down", "stored_direction": "decreasing",
+                      "standard_name": "air_pressure", "long_name": "pressure"},
+    "isobaricInPa": {"units": "Pa", "positive": "down", "stored_direction": "decreasing",
+                     "standard_name": "air_pressure", "long_name": "pressure"},
+    "heightAboveGround": {"units": "m", "positive": "up", "standard_name": "height",
+                          "long_name": "height above the surface"},
+    "depthBelowLand": {"units": "m", "positive": "down", "standard_name": "depth", "long_name": "soil depth"},
+    "hybrid": {"units": "1", "positive": "down", "long_name": "hybrid level",
+               "standard_name": "atmosphere_hybrid_sigma_pressure_coordinate"},
+}
+
+
+class _Coords:
+    """Coordinates shared between variables when equal; ``NAME_K`` when another variable has other
+    values (or another shape) under that name. A dimension coordinate's dim is its own name."""
+
+    def __init__(self, out: SetWriter) -> None:
+        self.out = out
+        self.made: dict[str, tuple[bytes, tuple[str, ...]]] = {}
+
+    def add(self, name: str, values: np.ndarray, attrs: dict[str, Any], dims: tuple[str, ...] | None = None) -> str:
+        """The name ``values`` are stored under; ``dims`` None: a dimension coordinate (its own dim)."""
+        k = 0
+        while True:
+            cand = name if k == 0 else f"{name}_{k}"
+            the_dims = (cand,) if dims is None else dims
+            sig = (values.tobytes() + values.dtype.str.encode(), the_dims)
+            if cand not in self.made or self.made[cand] == sig:
+                break
+            k += 1
+        if cand not in self.made:
+            self.made[cand] = sig
+            self.out.array(cand, shape=values.shape, chunks=values.shape, dtype=values.dtype, fill_value=None,
+                           filters=None, attrs=attrs, dims=list(the_dims), inline={0: values.tobytes()})
+        return cand
+
+
+def _write(out: SetWriter, messages: list[_Message], grids: dict[tuple[Any, ...], _Grid], drop: DropList) -> None:
+    groups: dict[tuple[Any, ...], list[_Message]] = {}
+    for m in messages:
+        k = m.keys
+        groups.setdefault((k["cfVarName"] or k["shortName"] or "unknown", k["typeOfLevel"], k["stepType"], m.grid),
+                          []).append(m)
+    names: dict[str, int] = {}
+    for key in groups:
+        names[key[0]] = names.get(key[0], 0) + 1
+    coords = _Coords(out)
+    grid_names: dict[tuple[Any, ...], tuple[str, str, list[str]]] = {}  # dims, 2-D coordinates
+    for (var, level_type, step_type, gid), msgs in groups.items():
+        name = var if names[var] == 1 else f"{var}_{level_type}_{step_type}"
+        if name in drop:
+            continue
+        if msgs[0].keys.get("alternativeRowScanning"):
+            raise cannot(name, "its grid scans rows in alternate directions (not one array of values)")
+        grid = grids[gid]
+        # the grid's dims and coordinates, once per grid
+        if gid not in grid_names:
+            if grid.kind == "latlon":
+                ydim = coords.add("latitude", grid.lat, {"units": "degrees_north", "standard_name": "latitude"})
+                xdim = coords.add("longitude", grid.lon, {"units": "degrees_east", "standard_name": "longitude"})
+                grid_names[gid] = (ydim, xdim, [])
+            else:
+                nxy = len([g for g in grid_names.values() if g[2]])
+                ydim, xdim = ("y", "x") if nxy == 0 else (f"y_{nxy}", f"x_{nxy}")
+                lat = coords.add("latitude", grid.lat, {"units": "degrees_north", "standard_name": "latitude"},
+                                 (ydim, xdim))
+                lon = coords.add("longitude", grid.lon, {"units": "degrees_east", "standard_name": "longitude"},
+                                 (ydim, xdim))
+                grid_names[gid] = (ydim, xdim, [lat, lon])
+        ydim, xdim, grid_coords = grid_names[gid]
+        scalar: list[str] = list(grid_coords)
+        axes = []  # (coordinate name, values per message, all values, attrs)
+        level_name = level_type or "level"
+        for cname, per in (("number", [m.number for m in msgs]), ("time", [m.time for m in msgs]),
+                           ("step", [m.step for m in msgs]), (level_name, [m.level for m in msgs])):
+            vals = np.asarray(per).astype(np.float64 if cname == level_name else np.int64)  # as cfgrib
+            attrs = dict(_COORD_ATTRS.get(cname) or _LEVELS.get(cname) or {"long_name": level_name})
+            uniq = np.unique(vals)
+            if attrs.get("stored_direction") == "decreasing":
+                uniq = uniq[::-1].copy()
+            if cname == "number" and uniq.size == 1 and uniq[0] == 0 and len(msgs) >= 1:
+                continue  # not an ensemble
+            axes.append((cname, vals, uniq, attrs))
+        dims: list[str] = []
+        index = []
+        shape = []
+        for cname, vals, uniq, attrs in axes:
+            if uniq.size > 1:
+                real = coords.add(cname, uniq, attrs)
+                dims.append(real)
+                order = np.argsort(uniq)
+                index.append(order[np.searchsorted(uniq[order], vals)])
+                shape.append(uniq.size)
+            else:
+                scalar.append(coords.add(cname, uniq.reshape(()), attrs, ()))
+        # valid_time: time + step, over the time/step dims this variable has
+        t_ax = next((a for a in axes if a[0] == "time"), None)
+        s_ax = next((a for a in axes if a[0] == "step"), None)
+        if t_ax is not None and s_ax is not None:
+            tv, sv = t_ax[2], s_ax[2]
+            vt_dims = tuple(d for d, a in zip(dims, [x for x in axes if x[2].size > 1]) if a[0] in ("time", "step"))
+            valid = (tv.reshape(-1, 1) + 60 * sv.reshape(1, -1))
+            valid = valid.reshape(tuple(n for n in (tv.size, sv.size) if n > 1)) if vt_dims else valid.reshape(())
+            scalar.append(coords.add("valid_time", valid.astype(np.int64), dict(_COORD_ATTRS["valid_time"]), vt_dims))
+        limit = 2**63 // 10**9  # seconds a datetime64[ns] / timedelta64[ns] holds: what xarray decodes into
+        if max(abs(m.time) for m in msgs) >= limit or max(abs(m.step) for m in msgs) * 60 >= limit:
+            raise cannot(name, "a reference time or step more than 292 years from 1970 or 0 (xarray holds "
+                               "times as nanoseconds)")
+        flat = np.ravel_multi_index(tuple(index), tuple(shape)) if index else np.zeros(len(msgs), np.int64)
+        if np.unique(flat).size != len(msgs):
+            raise cannot(name, f"{len(msgs) - np.unique(flat).size + 1} messages at the same coordinates "
+                               "(cfgrib keeps the first; refset does not choose)")
+        ny, nx = grid.shape
+        offsets = np.zeros(int(np.prod(shape, dtype=np.int64)) if shape else 1, np.int64)
+        lengths = np.zeros_like(offsets)
+        offsets[flat] = [m.offset for m in msgs]
+        lengths[flat] = [m.length for m in msgs]
+        k = msgs[0].keys
+        var_attrs: dict[str, Any] = {f"GRIB_{a}": k[a] for a in ("paramId", "shortName", "units", "name", "cfName",
+                                                             "cfVarName", "typeOfLevel", "stepType", "gridType",
+                                                             "Ni", "Nj") if k.get(a) not in (None, "unknown", "")}
+        if k.get("units") not in (None, "unknown"):
+            var_attrs["units"] = k["units"]
+        if k.get("name") not in (None, "unknown"):
+            var_attrs["long_name"] = k["name"]
+        if k.get("cfName") not in (None, "unknown", ""):
+            var_attrs["standard_name"] = k["cfName"]
+        if scalar:
+            var_attrs["coordinates"] = " ".join(scalar)
+        grid_shape = (*shape, 1, 1)
+        out.array(name, shape=(*shape, ny, nx), chunks=(*([1] * len(shape)), ny, nx), dtype=np.dtype("<f4"),
+                  fill_value=float("nan"), filters=[{"id": "refset_grib", "dtype": "<f4"}], attrs=var_attrs,
+                  dims=[*dims, ydim, xdim], offset=offsets.reshape(grid_shape), length=lengths.reshape(grid_shape))
