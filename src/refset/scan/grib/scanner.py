@@ -35,6 +35,7 @@ __all__ = ["GribScanner", "frame", "MAX_MESSAGES"]
 
 MAX_MESSAGES = 1_000_000
 _BATCH = 64 << 20  # message bytes read at a time
+_MEMO_GRIDS = 16  # grids a scanner remembers
 _EPOCH = _dt.datetime(1970, 1, 1)
 _KEYS_STR = ("cfVarName", "shortName", "typeOfLevel", "stepType", "gridType", "units", "name", "cfName")
 _KEYS_INT = ("paramId", "dataDate", "dataTime", "Ni", "Nj", "edition")
@@ -138,14 +139,11 @@ def _keys(data: bytes) -> tuple[dict[str, Any], _Grid | None, tuple[Any, ...]]:
             k["alternativeRowScanning"] = int(eccodes.codes_get(h, "alternativeRowScanning", int))
         except eccodes.KeyValueNotFoundError:
             k["alternativeRowScanning"] = 0
-        ni, nj = k["Ni"], k["Nj"]
-        try:
-            geometry = tuple(eccodes.codes_get(h, g, float) for g in (
-                "latitudeOfFirstGridPointInDegrees", "longitudeOfFirstGridPointInDegrees",
-                "latitudeOfLastGridPointInDegrees", "longitudeOfLastGridPointInDegrees"))
+        try:  # the grid definition section's digest: messages of one grid share it, file after file
+            digest = str(eccodes.codes_get(h, "md5GridSection", str))
         except eccodes.KeyValueNotFoundError:
-            geometry = ()
-        grid_id = (k["gridType"], ni, nj, geometry, int(eccodes.codes_get(h, "numberOfPoints", int)))
+            digest = ""
+        grid_id = (k["gridType"], k["Ni"], k["Nj"], digest, int(eccodes.codes_get(h, "numberOfPoints", int)))
         return k, None, grid_id
     finally:
         eccodes.codes_release(h)
@@ -188,6 +186,9 @@ class GribScanner(Scanner):
         self.inline_threshold, self.drop, self.subchunk = common_options(inline_threshold, drop_variables,
                                                                          subchunk)
         self.config = {"inline_threshold": inline_threshold, "drop_variables": self.drop, "subchunk": subchunk}
+        # the run's memo: a grid's coordinates by its definition's digest (ecCodes takes ~0.4 s to
+        # compute a 1.9-million-point Lambert grid's; a product's files share one grid)
+        self._grids: dict[tuple[Any, ...], _Grid] = {}
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
@@ -216,7 +217,12 @@ class GribScanner(Scanner):
                 try:
                     k, _, gid = _keys(data)
                     if gid not in grids:
-                        grids[gid] = _geography(data)
+                        memo = self._grids.get(gid) if gid[3] else None
+                        grids[gid] = memo if memo is not None else _geography(data)
+                        if gid[3] and memo is None:
+                            if len(self._grids) >= _MEMO_GRIDS:
+                                self._grids.clear()
+                            self._grids[gid] = grids[gid]
                 except Unsupported:
                     raise
                 except Exception as e:
