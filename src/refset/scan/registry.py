@@ -22,6 +22,7 @@ _BUILTIN = (
     ("netcdf3", "refset.scan.netcdf3.scanner:NetCDF3Scanner"),
     ("tiff", "refset.scan.tiff.scanner:TiffScanner"),
     ("grib", "refset.scan.grib.scanner:GribScanner"),
+    ("fits", "refset.scan.fits.scanner:FitsScanner"),
 )
 
 
