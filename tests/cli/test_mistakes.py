@@ -332,7 +332,6 @@ def test_unknown_concat_dim_in_command_line_words(days: list[Path], tmp_path: Pa
 @pytest.mark.parametrize("name,says", [
     ("set.parq", "set.parq: is a parquet reference set (`refset convert` rewrites it, `refset combine` joins "
                  "sets), not a NetCDF/HDF5 file: scan takes data files"),
-    ("store.zarr", "store.zarr: is a zarr store (.zgroup), not a NetCDF/HDF5 file: scan takes data files"),
     ("list.json", "list.json: is a reference set (JSON or packed), not a NetCDF/HDF5 file: scan takes data files; "
                   "`refset convert` rewrites a set, `refset combine` joins sets"),
     (".", "is a directory (a glob such as DIR/*.nc scans its files), not a NetCDF/HDF5 file"),
@@ -341,6 +340,13 @@ def test_scan_of_something_else_says_what_it_is(wrong_inputs: Path, tmp_path: Pa
     r = _run("scan", str(wrong_inputs / name), "-o", "out.json", cwd=tmp_path)
     _one_line_no_traceback(r, 1, says)
     assert _tree(tmp_path) == {}
+
+
+def test_scan_of_a_zarr_store_references_it(wrong_inputs: Path, tmp_path: Path):
+    """A zarr store is scanned like a data file (docs/scan.md), no longer named as a mistake."""
+    r = _run("scan", str(wrong_inputs / "store.zarr"), "-o", "out.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "zarr_format" in (tmp_path / "out.json").read_text()
 
 
 @pytest.mark.parametrize("cmd", ["scan", "combine", "convert"])

@@ -111,6 +111,8 @@ class Scan:
         store = open_store(os.path.abspath(local_path(url)) if is_local(url, storage_options) else url,
                            storage_options)
         if isinstance(store, LocalStore) and os.path.isdir(store.root):
+            if _zarr_store(store):
+                return self._scan_store(store.root, storage_options)
             if not strict:
                 return None
             _refuse_directory(store, url)
@@ -121,6 +123,8 @@ class Scan:
             if not strict:
                 return None  # the reference readers say what it is (a parquet set, a missing file)
             if _is_dir(store):  # asked only when there is no such file: a request
+                if _zarr_store(store):
+                    return self._scan_store(url, storage_options)
                 _refuse_directory(store, url)
             raise
         with sf:
@@ -148,6 +152,18 @@ class Scan:
                 self.nbytes += sf.nbytes
                 self.rounds = max(self.rounds, sf.rounds)
             return rs if sf.local else _keep_small_values(rs, sf)
+
+    def _scan_store(self, url: str, storage_options: Mapping[str, Any] | None) -> ReferenceSet:
+        from refset.scan.zarrstore import scan_store
+
+        self.files += 1
+        try:
+            return scan_store(url, storage_options)
+        except RefsetError as e:
+            err = located(e, url)
+            if err is e:
+                raise
+            raise err from e.__cause__
 
     def many(self, urls: Iterable[str | os.PathLike[str]], storage_options: Mapping[str, Any] | None = None,
              *, concurrency: int | None = None) -> Iterator[ReferenceSet]:
@@ -307,6 +323,14 @@ def detect_scanner(f: Any, size: int) -> type[Scanner]:
                               "files; `refset convert` rewrites a set, `refset combine` joins sets")
         raise Unsupported(f"not a NetCDF3, NetCDF4 or HDF5 file (first bytes {head[:8]!r})")
     return found
+
+
+def _zarr_store(store: ByteStore) -> bool:
+    """Whether a directory is a zarr store (a group or array at its top)."""
+    try:
+        return any(store.exists(n) for n in ZARR_STORE_FILES)
+    except Exception:
+        return False
 
 
 def _refuse_directory(store: ByteStore, url: str) -> None:

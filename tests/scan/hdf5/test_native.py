@@ -582,9 +582,8 @@ def test_local_paths_chained_urls_and_directories(tmp_path: Path, monkeypatch: p
     assert all(got[k] == (v if not isinstance(v, list) else [chained, *v[1:]]) for k, v in plain.items())
     (tmp_path / "store").mkdir()
     (tmp_path / "store" / ".zgroup").write_text('{"zarr_format": 2}')
-    for so in (None, {"auto_mkdir": False}):
-        with pytest.raises(refset.errors.Unsupported, match="is a zarr store"):
-            refset.scan(tmp_path / "store", storage_options=so)
+    for so in (None, {"auto_mkdir": False}):  # a zarr store is scanned as one (tests/scan/test_zarrstore.py)
+        assert refset.scan(tmp_path / "store", storage_options=so).to_dict() == {".zgroup": '{"zarr_format": 2}'}
 
 
 def test_reference_attributes_other_than_dimension_list_fall_back(tmp_path: Path) -> None:

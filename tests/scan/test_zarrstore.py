@@ -1,0 +1,109 @@
+"""refset.scan of zarr stores (v2, v3, sharded v3; local and on S3): every array reads back as zarr
+reads the store itself; xarray-written stores open as xarray opens them; a sharded array becomes its
+inner chunks, byte ranges into the shards; stores combine with each other; broken indexes are named."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import refset
+from refset.errors import InvalidFile
+
+zarr = pytest.importorskip("zarr")
+xr = pytest.importorskip("xarray")
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _store(path: Path, fmt: int, **kw: Any) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(fmt)
+    a = rng.standard_normal((50, 40)).astype("f4")
+    b = np.arange(7, dtype="i8")
+    g = zarr.open_group(str(path), mode="w", zarr_format=fmt)
+    arr = g.create_array("a", shape=a.shape, chunks=(10, 10), dtype="f4", fill_value=np.nan,
+                         **({"shards": (20, 20)} if kw.get("shards") else {}))
+    arr[:30] = a[:30]  # rows 30.. never written: the fill value
+    sub = g.create_group("sub")
+    sub.attrs["title"] = "nested"
+    bb = sub.create_array("b", shape=(7,), chunks=(3,), dtype="i8", **({"shards": (6,)} if kw.get("shards") else {}))
+    bb[:] = b
+    want = a.copy()
+    want[30:] = np.nan
+    return {"a": want, "sub/b": b}
+
+
+@pytest.mark.parametrize("fmt,shards", [(2, False), (3, False), (3, True)], ids=["v2", "v3", "v3-sharded"])
+def test_stores_read_as_zarr_reads_them(tmp_path: Path, fmt: int, shards: bool) -> None:
+    path = tmp_path / "s.zarr"
+    want = _store(path, fmt, shards=shards)
+    rs = refset.scan(str(path))
+    assert sorted(rs.metadata) == ["a", "sub/b"]
+    ours = zarr.open_group(refset.ZarrStore(rs), mode="r", zarr_format=fmt)
+    theirs = zarr.open_group(str(path), mode="r", zarr_format=fmt)
+    for name, values in want.items():
+        np.testing.assert_array_equal(ours[name][...], values, err_msg=name)
+        np.testing.assert_array_equal(theirs[name][...], values, err_msg=name)
+    assert dict(ours["sub"].attrs) == {"title": "nested"}
+    a = rs.table("a")
+    assert rs.metadata["a"].chunks == (10, 10) and a.count() == 12  # rows 30.. absent: never written
+    urls = {rs.urls[i] for i in a.path_id[a.kind != 0].tolist()}
+    if shards:  # inner chunks are byte ranges into the shard files: 4 shards of 20 x 20 hold the 12 chunks
+        assert len(urls) == 4 and all("/a/c/" in u for u in urls)
+        assert a.offset[a.kind != 0].max() > 0
+    else:
+        assert len(urls) == 12 and (a.offset[a.kind != 0] == 0).all()
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_xarray_written_stores_open_as_xarray_opens_them(tmp_path: Path, fmt: int) -> None:
+    ds = xr.Dataset({"tas": (("time", "x"), np.arange(24.0).reshape(4, 6))},
+                    coords={"time": np.arange(4), "x": np.linspace(0, 1, 6)})
+    ds["tas"].attrs["units"] = "K"
+    path = tmp_path / f"x{fmt}.zarr"
+    ds.to_zarr(path, zarr_format=fmt, consolidated=False, encoding={"tas": {"chunks": (2, 3)}})
+    got = refset.open_dataset(refset.scan(str(path)))
+    xr.testing.assert_identical(got.load(), xr.open_zarr(path, consolidated=False, zarr_format=fmt).load())
+
+
+def test_stores_combine_along_time(tmp_path: Path) -> None:
+    paths = []
+    for i in range(3):
+        ds = xr.Dataset({"tas": (("time", "x"), np.full((2, 4), float(i)))},
+                        coords={"time": ("time", [2 * i, 2 * i + 1], {"units": "days since 2024-01-01"})})
+        p = tmp_path / f"d{i}.zarr"
+        ds.to_zarr(p, zarr_format=2, consolidated=False, encoding={"tas": {"chunks": (2, 4)}})
+        paths.append(str(p))
+    rs = refset.combine(paths, concat_dims=["time"])
+    want = xr.concat([xr.open_zarr(p, consolidated=False) for p in paths], dim="time")
+    xr.testing.assert_equal(refset.open_dataset(rs).load(), want.load())
+
+
+def test_a_store_on_s3(tmp_path: Path, s3: dict[str, Any]) -> None:
+    fsspec = pytest.importorskip("fsspec")
+    path = tmp_path / "s.zarr"
+    want = _store(path, 3, shards=True)
+    fs = fsspec.filesystem("s3", **s3)
+    fs.put(str(path), "refs/stores/s.zarr", recursive=True)
+    rs = refset.scan("s3://refs/stores/s.zarr", storage_options=s3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = zarr.open_group(refset.ZarrStore(rs, remote_options=s3), mode="r", zarr_format=3)
+        for name, values in want.items():
+            np.testing.assert_array_equal(got[name][...], values, err_msg=name)
+
+
+def test_a_broken_shard_index_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    _store(path, 3, shards=True)
+    shard = path / "a" / "c" / "0" / "0"
+    data = bytearray(shard.read_bytes())
+    n = 4 * 16  # the index: 2 x 2 inner chunks of (offset, length), then a crc32c
+    data[-n - 4:-n + 4] = (10**9).to_bytes(8, "little")  # the first chunk's offset, far past the shard's end
+    shard.write_bytes(bytes(data))
+    with pytest.raises(InvalidFile, match=r"a shard index entry points past the end of its shard"):
+        refset.scan(str(path))
