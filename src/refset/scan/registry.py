@@ -23,6 +23,7 @@ _BUILTIN = (
     ("tiff", "refset.scan.tiff.scanner:TiffScanner"),
     ("grib", "refset.scan.grib.scanner:GribScanner"),
     ("fits", "refset.scan.fits.scanner:FitsScanner"),
+    ("dmrpp", "refset.scan.dmrpp.scanner:DmrppScanner"),
 )
 
 
