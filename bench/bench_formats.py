@@ -1,0 +1,123 @@
+"""Scanning TIFF, GRIB2 and FITS files: refset vs kerchunk's scanner of each format, per file, over a
+generated batch and the corpus's files, in one run.
+
+usage: python bench/bench_formats.py [--files N] [--repeat R]
+
+The batch: N small files per format like a product's (a 512x512 Deflate COG with two overviews; a GRIB2
+forecast of 27 messages on a 31x16 grid; a FITS file of three image HDUs), each scanned by one refset
+run (``refset.scan.Scan``: a run keeps what files of one product share) and by kerchunk
+(``tiff_to_zarr``, ``scan_grib``, ``fits.process_file``). Medians of R passes; read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _tiffs(d: Path, n: int) -> list[Path]:
+    import tifffile
+
+    out = []
+    for i in range(n):
+        p = d / f"c{i:04d}.tif"
+        full = (np.arange(512 * 512, dtype=np.uint32).reshape(512, 512) * (i + 1) % 251).astype(np.uint8)
+        with tifffile.TiffWriter(p) as tw:
+            for k, lv in enumerate((full, full[::2, ::2], full[::4, ::4])):
+                tw.write(lv, tile=(128, 128), compression="zlib", subfiletype=1 if k else 0, metadata=None)
+        out.append(p)
+    return out
+
+
+def _gribs(d: Path, n: int) -> list[Path]:
+    from tests.scan.grib.gribfiles import forecast
+
+    out = []
+    for i in range(n):
+        p = d / f"g{i:04d}.grib2"
+        forecast(p, date=20240101 + i % 28, seed=i)
+        out.append(p)
+    return out
+
+
+def _fitss(d: Path, n: int) -> list[Path]:
+    from astropy.io import fits
+
+    out = []
+    for i in range(n):
+        p = d / f"f{i:04d}.fits"
+        rng = np.random.default_rng(i)
+        fits.HDUList([fits.PrimaryHDU(rng.integers(0, 1000, (64, 64)).astype(np.int16)),
+                      fits.ImageHDU(rng.standard_normal((32, 32)).astype(np.float32), name="SCI"),
+                      fits.ImageHDU(rng.standard_normal((16, 16)), name="ERR")]).writeto(p)
+        out.append(p)
+    return out
+
+
+def _time(fn: Callable[[], object], repeat: int) -> float:
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--files", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    from kerchunk.fits import process_file
+    from kerchunk.grib2 import scan_grib
+    from kerchunk.tiff import tiff_to_zarr
+
+    from refset.scan import Scan
+
+    corpus = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "kerchunk-fixtures"
+    rows = ["| files | per file: refset | kerchunk | ratio |", "|---|---:|---:|---:|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        cases = [
+            (f"{a.files} COGs (512x512 + 2 overviews)", _tiffs(d, a.files), tiff_to_zarr),
+            (f"{a.files} GRIB2 forecasts (27 messages)", _gribs(d, a.files), scan_grib),
+            (f"{a.files} FITS files (3 images)", _fitss(d, a.files), process_file),
+        ]
+        for p in sorted(corpus.glob("*.tif")) + sorted(corpus.glob("*.grib2")) + sorted(corpus.glob("*.grb2")):
+            cases.append((f"corpus {p.name}", [p], tiff_to_zarr if p.suffix == ".tif" else scan_grib))
+        for label, files, peer in cases:
+            names = [str(f) for f in files]
+
+            def ours(names: list[str] = names) -> None:
+                run = Scan()
+                for f in names:
+                    run(f)
+
+            def theirs(names: list[str] = names, peer: Callable[[str], object] = peer) -> None:
+                for f in names:
+                    peer(f)
+
+            ours()
+            theirs()  # warm caches and imports
+            t_ours, t_theirs = _time(ours, a.repeat), _time(theirs, a.repeat)
+            n = len(names)
+            rows.append(f"| {label} | {1e3 * t_ours / n:.2f} ms | {1e3 * t_theirs / n:.2f} ms | "
+                        f"{t_theirs / t_ours:.1f}x |")
+            print(rows[-1], flush=True)
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
