@@ -255,6 +255,28 @@ def test_a_scalar_coordinate_is_a_new_dim(tmp_path: Path) -> None:
     np.testing.assert_array_equal(ds["time"].values, want["time"].values)
 
 
+def test_inputs_that_disagree_on_a_dim_are_refused(tmp_path: Path) -> None:
+    """A concat dim that one input holds as a dim and another as a scalar, and a dimension coordinate
+    whose values differ between inputs, are refused naming the inputs: the variables would keep only
+    the first input's values, or be labelled with them."""
+    scalar = tmp_path / "scalar.nc"
+    with nc4.Dataset(scalar, "w") as ds:
+        ds.createDimension("lat", 3)
+        ds.createDimension("lon", 4)
+        t = ds.createVariable("time", "f8", ())
+        t.units = "days since 2000-01-01"
+        t.assignValue(50.0)
+        ds.createVariable("v", "f4", ("lat", "lon"))[:] = 1.0
+    dims = _day(tmp_path / "dims.nc", 0, extra=False)
+    with pytest.raises(Unsupported, match=r"variable 'v': has concat dim 'time' in input '.*dims\.nc' but not in "
+                                          r"input '.*scalar\.nc'"):
+        combine([scalar, dims], concat_dims="time")
+    other_lat = _day(tmp_path / "b.nc", 2, lat=(1.0, 2.0, 4.0))
+    with pytest.raises(InvalidReferences, match=r"coordinate 'lat': values in input '.*b\.nc' differ from input "
+                                                r"'.*dims\.nc'"):
+        combine([_day(tmp_path / "dims.nc", 0), other_lat], concat_dims="time")
+
+
 def test_append_is_combining_with_the_existing_set(tmp_path: Path) -> None:
     files = _days(tmp_path, 4)
     out = tmp_path / "all.json"

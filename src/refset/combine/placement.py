@@ -279,9 +279,28 @@ class Combiner:
                     + ", where the two calendars disagree")
 
     def copy(self, path: str, i0: int, have: list[int], meta: ArrayMetadata) -> None:
-        """A variable without concat dims: the first input's, checked when it is an identical dim."""
+        """A variable without concat dims: the first input's, checked when it is an identical dim. One
+        that has a concat dim in another input is refused (the others' values would be lost); a
+        dimension coordinate whose values the inputs hold inline is compared (a variable along it
+        would be labelled with the first input's values)."""
         inp = self.inputs
         leaf = path.rsplit("/", 1)[-1]
+        for i in have[1:]:
+            other = {d for d in inp.metadata[i][path].dimension_names or () if d is not None} & self.dim_names
+            if other:
+                raise Unsupported(f"variable {path!r}: has concat dim {sorted(other)[0]!r} in input "
+                                  f"{self.names[i]!r} but not in input {self.names[i0]!r}: every input must "
+                                  "hold it alike (a dim, or a scalar in each)")
+        if self.check and list(meta.dimension_names or ()) == [leaf] and len(have) > 1 \
+                and leaf not in self.identical and path not in self.identical:  # those are read and compared below
+            rows = inp.rows(path)
+            first = _inline_of(rows, i0)
+            for i in have[1:] if first is not None else []:
+                got = _inline_of(rows, i)
+                if got is not None and got != first and inp.metadata[i][path] == meta:
+                    raise InvalidReferences(f"coordinate {path!r}: values in input {self.names[i]!r} differ "
+                                            f"from input {self.names[i0]!r}: the variables along it would be "
+                                            "labelled with the first input's")
         if self.check and (leaf in self.identical or path in self.identical) and len(have) > 1:
             for i in have[1:]:
                 if inp.metadata[i][path].shape != meta.shape:
@@ -321,6 +340,15 @@ class Combiner:
         self.arrays[c.dim] = Array(meta, ChunkTable.from_entries(
             meta.grid, one, np.array([INLINE], np.uint8), one, one, one,
             inline={0: np.ascontiguousarray(values).tobytes()}))
+
+
+def _inline_of(rows: Rows, i: int) -> tuple[tuple[int, bytes], ...] | None:
+    """Input ``i``'s chunks of ``rows``' variable when every one is inline (their flat indices and
+    bytes), else None."""
+    s = rows.of(i)
+    if s.stop == s.start or not bool((rows.kind[s] == INLINE).all()):
+        return None
+    return tuple((int(rows.flat[r]), bytes(rows.inline[r])) for r in range(s.start, s.stop))
 
 
 def _table_of(rows: Rows, i: int, grid: Any) -> ChunkTable:
