@@ -211,6 +211,8 @@ class SetWriter:
         dims, shape, chunks, dtype, filters and fill value: the caller's promise is that ``attrs``
         are then the same too (``store`` is the memo of a header's bytes, ``variant`` what else
         the attributes were read from)."""
+        if path in self.arrays_meta:  # a scanner naming two arrays alike would lose one silently
+            raise InvalidReferences(f"arrays[{json.dumps(path)}]: given twice")
         fill_value, kept = zarr_fill(fill_value, dtype)
         if kept is not None:
             attrs = {**attrs, "_FillValue": kept}

@@ -130,6 +130,48 @@ def test_duplicates_and_broken_files(tmp_path: Path) -> None:
         refset.scan(str(end))
 
 
+def test_review_cases_values_and_refusals(tmp_path: Path) -> None:
+    """Values of 9999 beside a bitmap stay data; one variable on two grids keeps both; messages after
+    long padding are read; a multi-field message is refused (ecCodes reads its first field only)."""
+    bm = tmp_path / "bitmap.grib2"
+    write_grib(bm, [{"shortName": "t", "typeOfLevel": "isobaricInhPa", "level": 500, "missing": [1, 2]}])
+    h = eccodes.codes_grib_new_from_file(open(bm, "rb"))
+    vals = eccodes.codes_get_values(h)
+    eccodes.codes_release(h)
+    vals[5:9] = 9999.0  # present points equal to ecCodes' default missingValue
+    h = eccodes.codes_grib_new_from_samples("regular_ll_pl_grib2")
+    eccodes.codes_set(h, "bitmapPresent", 1)
+    eccodes.codes_set(h, "missingValue", 1e20)
+    vals[[1, 2]] = 1e20
+    eccodes.codes_set_values(h, vals)
+    with open(bm, "wb") as f:
+        eccodes.codes_write(h, f)
+    eccodes.codes_release(h)
+    _same_as_cfgrib(bm, refset.scan(str(bm)))
+    got = refset.open_dataset(refset.scan(str(bm)))["t"].values.reshape(-1)
+    assert np.isnan(got[[1, 2]]).all() and (got[5:9] == 9999.0).all()
+    two = tmp_path / "two.grib2"
+    write_grib(two, [{"shortName": "t", "typeOfLevel": "isobaricInhPa", "level": 500}])
+    other = tmp_path / "other.grib2"
+    write_grib(other, [{"shortName": "t", "typeOfLevel": "isobaricInhPa", "level": 500}], sample="GRIB2")
+    padded = tmp_path / "padded.grib2"
+    padded.write_bytes(two.read_bytes() + bytes(5000) + other.read_bytes())
+    ds = refset.open_dataset(refset.scan(str(padded)))
+    assert len([v for v in ds.data_vars]) == 2  # the same variable on two grids, both kept
+    multi = tmp_path / "multi.grib2"
+    m = bytearray(two.read_bytes())  # repeat sections 4-7: one message, two fields
+    at, sections = 16, []
+    while m[at:at + 4] != b"7777":
+        n = int.from_bytes(m[at:at + 4], "big")
+        sections.append((m[at + 4], bytes(m[at:at + n])))
+        at += n
+    body = b"".join(b for _, b in sections) + b"".join(b for k, b in sections if k >= 4)
+    total = 16 + len(body) + 4
+    multi.write_bytes(bytes(m[:8]) + total.to_bytes(8, "big") + body + b"7777")
+    with pytest.raises(Unsupported, match="holds 2 fields"):
+        refset.scan(str(multi))
+
+
 def test_remote_grib_reads_its_messages_in_few_requests(tmp_path: Path) -> None:
     from refset.scan import Scan
     from tests.httpserver import RangeServer

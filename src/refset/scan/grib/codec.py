@@ -12,6 +12,8 @@ from numcodecs.abc import Codec
 
 __all__ = ["GribCodec"]
 
+_SENTINEL = 3.4028234663852886e38  # float32's largest value, as cfgrib marks missing points
+
 
 class GribCodec(Codec):  # type: ignore[misc]  # numcodecs is untyped
     codec_id = "refset_grib"
@@ -28,9 +30,12 @@ class GribCodec(Codec):  # type: ignore[misc]  # numcodecs is untyped
         data = bytes(memoryview(buf).cast("B")) if not isinstance(buf, bytes) else buf
         h = eccodes.codes_new_from_message(data)
         try:
+            bitmap = bool(eccodes.codes_get(h, "bitmapPresent"))
+            if bitmap:  # a sentinel no field holds marks the missing points (9999, the default, is data)
+                eccodes.codes_set(h, "missingValue", _SENTINEL)
             values = np.asarray(eccodes.codes_get_values(h), dtype=np.float64)
-            if eccodes.codes_get(h, "bitmapPresent"):
-                values[values == eccodes.codes_get(h, "missingValue")] = np.nan
+            if bitmap:
+                values[values == _SENTINEL] = np.nan
         finally:
             eccodes.codes_release(h)
         values = values.astype(self.dtype)

@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.abc.scanner import Scanner
 from refset.errors import InvalidFile, Unsupported
 from refset.io.scanfile import ScanFile
 from refset.model.refset import ReferenceSet
-from refset.scan.writer import INLINE_THRESHOLD, DropList, SetWriter, cannot, common_options
+from refset.scan.flat import FlatScanner
+from refset.scan.writer import DropList, SetWriter, cannot
 
 __all__ = ["GribScanner", "frame", "MAX_MESSAGES"]
 
@@ -45,6 +45,33 @@ class Broken(ValueError):
     pass
 
 
+def _find(read_at: Callable[[int, int], bytes], at: int, size: int) -> int:
+    """Where the next ``GRIB`` indicator at or after ``at`` is, or -1."""
+    window = 1 << 16
+    while at < size:
+        chunk = read_at(at, window + 3)
+        k = chunk.find(b"GRIB")
+        if k >= 0:
+            return at + k
+        at += window
+    return -1
+
+
+def _fields(data: bytes) -> int:
+    """The number of fields (data sections) of a GRIB2 message: more than one in a multi-field
+    message (u and v in one message, as NCEP writes them), which ecCodes reads as its first only."""
+    if data[7:8] != b"\x02":
+        return 1
+    at, n = 16, 0
+    while at + 5 <= len(data) - 4:
+        length = int.from_bytes(data[at:at + 4], "big")
+        if data[at:at + 4] == b"7777" or length < 5:
+            break
+        n += data[at + 4] == 7
+        at += length
+    return max(n, 1)
+
+
 def frame(read_at: Callable[[int, int], bytes], size: int) -> list[tuple[int, int]]:
     """``(offset, length)`` of every message of the file."""
     out: list[tuple[int, int]] = []
@@ -52,15 +79,14 @@ def frame(read_at: Callable[[int, int], bytes], size: int) -> list[tuple[int, in
     while at < size:
         head = read_at(at, 16)
         if len(head) < 8 or head[:4] != b"GRIB":
-            # bytes between messages (padding, a WMO bulletin header): look a little further
-            window = read_at(at, 4096)
-            k = window.find(b"GRIB")
-            if k > 0:
-                at += k
-                continue
-            if out and (len(window) < 4096 or not window.strip(b"\0\r\n ")):
-                break  # padding, or a short tail, after the last message
-            raise Broken(f"no GRIB message at byte {at}")
+            # bytes between messages (padding, a WMO bulletin header), skipped as ecCodes skips them
+            nxt = _find(read_at, at, size)
+            if nxt < 0:
+                if out:
+                    break  # a tail after the last message
+                raise Broken("no GRIB message")
+            at = nxt
+            continue
         edition = head[7]
         if edition == 2:
             if len(head) < 16:
@@ -68,6 +94,9 @@ def frame(read_at: Callable[[int, int], bytes], size: int) -> list[tuple[int, in
             length = int.from_bytes(head[8:16], "big")
         elif edition == 1:
             length = int.from_bytes(head[4:7], "big")
+            if length & 0x800000:
+                raise Unsupported(f"the GRIB message at byte {at}: a GRIB1 message over 8 MiB (ECMWF's "
+                                  "large-message length convention is not read)")
         else:
             raise Broken(f"message at byte {at}: GRIB edition {edition}")
         if length < 16 or at + length > size:
@@ -97,19 +126,14 @@ class _Message:
 
 @dataclass
 class _Grid:
-    kind: str  # "latlon" or "xy"
+    kind: str  # "latlon", "xy" or "unsupported"
     lat: np.ndarray
     lon: np.ndarray
     shape: tuple[int, int]
+    name: str = ""  # ecCodes' gridType
 
 
-@dataclass
-class _Variable:
-    name: str
-    messages: list[_Message] = field(default_factory=list)
-
-
-def _keys(data: bytes) -> tuple[dict[str, Any], _Grid | None, tuple[Any, ...]]:
+def _keys(data: bytes) -> tuple[dict[str, Any], tuple[Any, ...]]:
     import eccodes
 
     h = eccodes.codes_new_from_message(data)
@@ -135,16 +159,17 @@ def _keys(data: bytes) -> tuple[dict[str, Any], _Grid | None, tuple[Any, ...]]:
             k["number"] = int(eccodes.codes_get(h, "number", int))
         except (eccodes.KeyValueNotFoundError, eccodes.GribInternalError):
             k["number"] = 0
-        try:
-            k["alternativeRowScanning"] = int(eccodes.codes_get(h, "alternativeRowScanning", int))
-        except eccodes.KeyValueNotFoundError:
-            k["alternativeRowScanning"] = 0
+        for flag in ("alternativeRowScanning", "jPointsAreConsecutive"):
+            try:
+                k[flag] = int(eccodes.codes_get(h, flag, int))
+            except eccodes.KeyValueNotFoundError:
+                k[flag] = 0
         try:  # the grid definition section's digest: messages of one grid share it, file after file
             digest = str(eccodes.codes_get(h, "md5GridSection", str))
         except eccodes.KeyValueNotFoundError:
             digest = ""
         grid_id = (k["gridType"], k["Ni"], k["Nj"], digest, int(eccodes.codes_get(h, "numberOfPoints", int)))
-        return k, None, grid_id
+        return k, grid_id
     finally:
         eccodes.codes_release(h)
 
@@ -155,17 +180,20 @@ def _geography(data: bytes) -> _Grid:
     h = eccodes.codes_new_from_message(data)
     try:
         ni, nj = int(eccodes.codes_get(h, "Ni", int)), int(eccodes.codes_get(h, "Nj", int))
-        lat = np.asarray(eccodes.codes_get_array(h, "latitudes"), np.float64)
-        lon = np.asarray(eccodes.codes_get_array(h, "longitudes"), np.float64)
         kind = str(eccodes.codes_get(h, "gridType", str))
+        try:
+            lat = np.asarray(eccodes.codes_get_array(h, "latitudes"), np.float64)
+            lon = np.asarray(eccodes.codes_get_array(h, "longitudes"), np.float64)
+        except eccodes.GribInternalError:  # spectral fields have no points
+            return _Grid("unsupported", np.zeros(0), np.zeros(0), (0, 0), kind)
     finally:
         eccodes.codes_release(h)
-    if ni <= 0 or nj <= 0 or lat.size != ni * nj:
-        raise Unsupported(f"grid {kind!r} of {lat.size} points is not {nj} x {ni}")
+    if ni <= 0 or nj <= 0 or lat.size != ni * nj or ni >= 1 << 31 or nj >= 1 << 31:
+        return _Grid("unsupported", lat, lon, (0, 0), kind)  # reduced grids, spherical harmonics...
     lat2, lon2 = lat.reshape(nj, ni), lon.reshape(nj, ni)
     if kind in ("regular_ll", "regular_gg"):
-        return _Grid("latlon", lat2[:, 0].copy(), lon2[0, :].copy(), (nj, ni))
-    return _Grid("xy", lat2, lon2, (nj, ni))
+        return _Grid("latlon", lat2[:, 0].copy(), lon2[0, :].copy(), (nj, ni), kind)
+    return _Grid("xy", lat2, lon2, (nj, ni), kind)
 
 
 def _seconds(date: int | None, time: int | None) -> int:
@@ -175,17 +203,14 @@ def _seconds(date: int | None, time: int | None) -> int:
     return int((d - _EPOCH).total_seconds())
 
 
-class GribScanner(Scanner):
+class GribScanner(FlatScanner):
     """GRIB files, editions 1 and 2 (needs ecCodes: ``pip install 'refset[grib]'``)."""
 
     name: ClassVar[str] = "grib"
-    options: ClassVar[frozenset[str]] = frozenset({"group", "max_inline"})
+    title: ClassVar[str] = "GRIB"
 
-    def __init__(self, *, inline_threshold: int = INLINE_THRESHOLD, drop_variables: Any = (),
-                 subchunk: int | None = None, group: str | None = None, max_inline: int | None = None) -> None:
-        self.inline_threshold, self.drop, self.subchunk = common_options(inline_threshold, drop_variables,
-                                                                         subchunk)
-        self.config = {"inline_threshold": inline_threshold, "drop_variables": self.drop, "subchunk": subchunk}
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         # the run's memo: a grid's coordinates by its definition's digest (ecCodes takes ~0.4 s to
         # compute a 1.9-million-point Lambert grid's; a product's files share one grid)
         self._grids: dict[tuple[Any, ...], _Grid] = {}
@@ -214,8 +239,13 @@ class GribScanner(Scanner):
         def flush() -> None:
             datas = file.read_ranges([o for o, _ in batch], [n for _, n in batch])
             for (o, n), data in zip(batch, datas, strict=True):
+                fields = _fields(data)
+                if fields > 1:
+                    raise Unsupported(f"{file.url}: the GRIB message at byte {o} holds {fields} fields (a "
+                                      "multi-field message, which ecCodes reads as its first field only): "
+                                      "split it first (grib_copy)")
                 try:
-                    k, _, gid = _keys(data)
+                    k, gid = _keys(data)
                     if gid not in grids:
                         memo = self._grids.get(gid) if gid[3] else None
                         grids[gid] = memo if memo is not None else _geography(data)
@@ -306,15 +336,24 @@ def _write(out: SetWriter, messages: list[_Message], grids: dict[tuple[Any, ...]
     names: dict[str, int] = {}
     for key in groups:
         names[key[0]] = names.get(key[0], 0) + 1
+    used: set[str] = set()
     coords = _Coords(out)
     grid_names: dict[tuple[Any, ...], tuple[str, str, list[str]]] = {}  # dims, 2-D coordinates
     for (var, level_type, step_type, gid), msgs in groups.items():
         name = var if names[var] == 1 else f"{var}_{level_type}_{step_type}"
+        base, n = name, 1
+        while name in used:  # one variable on several grids
+            name, n = f"{base}_grid{n}", n + 1
+        used.add(name)
         if name in drop:
             continue
-        if msgs[0].keys.get("alternativeRowScanning"):
-            raise cannot(name, "its grid scans rows in alternate directions (not one array of values)")
+        if msgs[0].keys.get("alternativeRowScanning") or msgs[0].keys.get("jPointsAreConsecutive"):
+            raise cannot(name, "its grid's points run along columns or in alternate directions (not one "
+                               "array of rows)")
         grid = grids[gid]
+        if grid.kind == "unsupported":
+            raise cannot(name, f"its {grid.name} grid is not a rectangle of points (reduced and spectral "
+                               "grids are not referenced)")
         # the grid's dims and coordinates, once per grid
         if gid not in grid_names:
             if grid.kind == "latlon":
@@ -340,7 +379,7 @@ def _write(out: SetWriter, messages: list[_Message], grids: dict[tuple[Any, ...]
             uniq = np.unique(vals)
             if attrs.get("stored_direction") == "decreasing":
                 uniq = uniq[::-1].copy()
-            if cname == "number" and uniq.size == 1 and uniq[0] == 0 and len(msgs) >= 1:
+            if cname == "number" and uniq.size == 1 and uniq[0] == 0:
                 continue  # not an ensemble
             axes.append((cname, vals, uniq, attrs))
         dims: list[str] = []
