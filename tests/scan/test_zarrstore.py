@@ -107,3 +107,14 @@ def test_a_broken_shard_index_is_named(tmp_path: Path) -> None:
     shard.write_bytes(bytes(data))
     with pytest.raises(InvalidFile, match=r"a shard index entry points past the end of its shard"):
         refset.scan(str(path))
+
+
+def test_shards_compressed_as_a_whole_are_refused(tmp_path: Path) -> None:
+    from zarr.codecs import ShardingCodec, ZstdCodec
+
+    g = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=3)
+    a = g.create_array("a", shape=(8,), chunks=(8,), dtype="i4", serializer=ShardingCodec(chunk_shape=(4,)),
+                       compressors=[ZstdCodec()])
+    a[:] = np.arange(8)
+    with pytest.raises(refset.Unsupported, match="array 'a': a sharded array with codecs around its shards"):
+        refset.scan(str(tmp_path / "s.zarr"))

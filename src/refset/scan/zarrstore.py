@@ -7,8 +7,9 @@ each inner chunk is a byte range into its shard, the metadata rewritten to the i
 codecs, so a store's shards combine with other sources chunk by chunk. Keys that are neither metadata
 nor chunks of an array (a consolidated ``.zmetadata``, stray files) are left out.
 
-Refused naming the array: shard indexes written with codecs other than little-endian ``bytes`` (and
-``crc32c``), nested sharding, an index whose entries point past the end of their shard.
+Refused naming the array: codecs around the shards (a shard compressed as a whole), shard indexes
+written with codecs other than little-endian ``bytes`` (and ``crc32c``), nested sharding; an index
+whose entries point past the end of their shard is :class:`~refset.errors.InvalidFile`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from refset.errors import InvalidFile, Unsupported
 from refset.model.metadata import ArrayMetadata
 from refset.model.refset import ReferenceSet
 from refset.model.table import INLINE, RANGE, ChunkTable, KeyTable
+from refset.model.versions import codec_name
 
 __all__ = ["scan_store", "is_zarr_store", "MAX_KEYS"]
 
@@ -104,7 +106,10 @@ def scan_store(url: str, storage_options: Mapping[str, Any] | None = None) -> Re
         keep = flat >= 0
         keys = [k for k, ok in zip(keys, keep.tolist()) if ok]
         flat = flat[keep]
-        shard = _sharding(m)
+        try:
+            shard = _sharding(m)
+        except Unsupported as e:
+            raise Unsupported(f"{url}: array {path!r}: {e}") from None
         if shard is not None:
             shards_to_read.append((path, m, flat, keys, shard))
             continue
@@ -139,10 +144,14 @@ def _sharding(m: ArrayMetadata) -> dict[str, Any] | None:
     if m.zarr_format != 3:
         return None
     codecs = list(m.codecs)
-    first = codecs[0] if codecs else None
-    if not (isinstance(first, Mapping) and first.get("name") == "sharding_indexed"):
+    at = next((i for i, c in enumerate(codecs) if isinstance(c, Mapping) and c.get("name") == "sharding_indexed"),
+              None)
+    if at is None:
         return None
-    return dict(first.get("configuration") or {})
+    if at != 0 or len(codecs) > 1:  # the shard as a whole transformed or compressed: no inner chunk in place
+        raise Unsupported(f"a sharded array with codecs around its shards ({[codec_name(c) for c in codecs]}): "
+                          "its inner chunks are not byte ranges of the shard files")
+    return dict(codecs[0].get("configuration") or {})
 
 
 def _shards(work: list[tuple[str, ArrayMetadata, np.ndarray, list[str], dict[str, Any]]],

@@ -93,6 +93,27 @@ def test_subchunks_and_drop(tmp_path: Path) -> None:
                                   _astropy(path, scaled=False)["CUBE"])
 
 
+def test_review_cases(tmp_path: Path) -> None:
+    """An EXTNAME with a "/" stays an array of the root; CONTINUE cards continue a string; a keyword
+    without "= " is commentary (astropy reads such files); unsigned 64-bit images are refused (a float
+    add_offset would lose their low bits)."""
+    path = tmp_path / "r.fits"
+    hdu = fits.ImageHDU(np.arange(6, dtype=np.int16).reshape(2, 3), name="SCI/1")
+    hdu.header["LONGSTR"] = "x" * 100  # written with CONTINUE cards
+    fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(path)
+    data = bytearray(path.read_bytes())
+    k = data.index(b"GCOUNT  ", 2880)
+    data[k:k + 80] = b"MYNOTE  just a note, no value indicator".ljust(80)  # in GCOUNT's place (1 by default)
+    path.write_bytes(bytes(data))
+    rs = refset.scan(str(path))
+    assert list(rs.metadata) == ["SCI_1"]
+    assert refset.open_dataset(rs)["SCI_1"].attrs["LONGSTR"] == "x" * 100
+    u64 = tmp_path / "u64.fits"
+    fits.HDUList([fits.PrimaryHDU(np.array([1, 2**63 + 1], dtype=np.uint64))]).writeto(u64)
+    with pytest.raises(refset.Unsupported, match="variable 'PRIMARY': unsigned 64-bit values"):
+        refset.scan(str(u64))
+
+
 def test_broken_headers_are_invalid_files(tmp_path: Path) -> None:
     path = tmp_path / "f.fits"
     _write(path)
@@ -108,7 +129,7 @@ def test_broken_headers_are_invalid_files(tmp_path: Path) -> None:
 
     end = good.index(b"END" + b" " * 77)
     assert "no END card" in case("no-end", good[:end] + b" " * 80 + good[end + 80:2880])
-    assert "is no KEYWORD = value" in case("bad-card", good[:end] + b"X" + good[end + 1:])
+    assert "not a valid FITS file" in case("bad-card", good[:end] + b"X" + good[end + 1:])  # "XND": commentary
     assert "past the end of the file" in case("cut", good[:2880 + 100])
     k = good.index(b"NAXIS1  =")
     assert "NAXIS1" in case("naxis", good[:k + 10] + b"'abc'".ljust(20) + good[k + 30:])

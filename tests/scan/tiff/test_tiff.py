@@ -183,6 +183,23 @@ def test_corpus_cogs_read_as_tifffile_and_through_fsspec(path: Path) -> None:
     np.testing.assert_array_equal(group["0"][...], tf.pages[0].asarray())
 
 
+def test_pages_of_one_size_and_other_samples_and_volumes(tmp_path: Path) -> None:
+    """Pages of the first page's size but another sample count get a band dim of their own (xarray
+    refused the dataset); volumetric images (SGI's ImageDepth) are refused naming the image."""
+    path = tmp_path / "pages.tif"
+    rgb, rgba = _image((32, 32, 3), "uint8", 1), _image((32, 32, 4), "uint8", 2)
+    with tifffile.TiffWriter(path) as tw:
+        tw.write(rgb, photometric="rgb")
+        tw.write(rgba, photometric="rgb", extrasamples=["unassalpha"])
+    ds = refset.open_dataset(refset.scan(str(path)))
+    assert ds["0"].dims == ("y", "x", "band") and ds["1"].dims == ("y", "x", "band_1")
+    np.testing.assert_array_equal(ds["1"].values, rgba)
+    vol = tmp_path / "vol.tif"
+    tifffile.imwrite(vol, _image((4, 32, 32), "uint8"), volumetric=True, photometric="minisblack", tile=(4, 32, 32))
+    with pytest.raises(Unsupported, match="variable '0': a volumetric image"):
+        refset.scan(str(vol))
+
+
 def test_refused_with_the_image_and_the_reason(tmp_path: Path) -> None:
     jpeg = tmp_path / "jpeg.tif"
     tifffile.imwrite(jpeg, _image((32, 32, 3), "uint8"), tile=(16, 16), compression="jpeg", photometric="rgb")

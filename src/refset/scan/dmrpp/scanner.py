@@ -23,11 +23,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.abc.scanner import Scanner
 from refset.errors import InvalidFile
 from refset.io.scanfile import ScanFile
 from refset.model.refset import ReferenceSet
-from refset.scan.writer import INLINE_THRESHOLD, DropList, SetWriter, cannot, common_options
+from refset.scan.flat import FlatScanner
+from refset.scan.writer import DropList, SetWriter, cannot
 
 __all__ = ["DmrppScanner", "MAX_BYTES"]
 
@@ -57,17 +57,11 @@ def _attr(el: ET.Element, name: str) -> str | None:
     return el.get(name)
 
 
-class DmrppScanner(Scanner):
+class DmrppScanner(FlatScanner):
     """DMR++ sidecar files (``.dmrpp``): the granule they describe, without reading it."""
 
     name: ClassVar[str] = "dmrpp"
-    options: ClassVar[frozenset[str]] = frozenset({"group", "max_inline"})
-
-    def __init__(self, *, inline_threshold: int = INLINE_THRESHOLD, drop_variables: Any = (),
-                 subchunk: int | None = None, group: str | None = None, max_inline: int | None = None) -> None:
-        self.inline_threshold, self.drop, self.subchunk = common_options(inline_threshold, drop_variables,
-                                                                         subchunk)
-        self.config = {"inline_threshold": inline_threshold, "drop_variables": self.drop, "subchunk": subchunk}
+    title: ClassVar[str] = "DMR++"
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:

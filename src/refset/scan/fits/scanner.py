@@ -21,11 +21,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.abc.scanner import Scanner
 from refset.errors import InvalidFile
 from refset.io.scanfile import ScanFile
 from refset.model.refset import ReferenceSet
-from refset.scan.writer import INLINE_THRESHOLD, DropList, SetWriter, cannot, common_options, split_rows
+from refset.scan.flat import FlatScanner
+from refset.scan.writer import DropList, SetWriter, cannot, split_rows
 
 __all__ = ["FitsScanner", "read_header", "MAX_CARDS", "MAX_HDUS"]
 
@@ -79,6 +79,7 @@ def read_header(read_at: Callable[[int, int], bytes], at: int, size: int) -> tup
     joined as lists; a repeated keyword keeps its last value (as astropy's ``header[key]``)."""
     cards: dict[str, Any] = {}
     pos, n = at, 0
+    last: str | None = None
     while True:
         if pos + BLOCK > size:
             raise Broken(f"the header at byte {at} has no END card before the end of the file")
@@ -102,13 +103,17 @@ def read_header(read_at: Callable[[int, int], bytes], at: int, size: int) -> tup
                 if key:
                     cards.setdefault(key, []).append(text[8:].rstrip())
                 continue
+            if key == "CONTINUE" and isinstance(last, str) and isinstance(cards.get(last), str) \
+                    and cards[last].endswith("&"):  # a long string continued (FITS 4.0, 4.2.1.2)
+                more, _ = _value(text[8:])
+                cards[last] = cards[last][:-1] + (more if isinstance(more, str) else "")
+                continue
             if text[8:10] != "= ":
-                if key.startswith("HIERARCH") or key == "CONTINUE":
-                    continue  # ESO's long keywords and long strings: kept out of the attributes
-                raise Broken(f"card {text.rstrip()!r} is no KEYWORD = value")
+                continue  # commentary keywords (no value indicator), ESO's HIERARCH: not attributes
             if not re.fullmatch(r"[A-Z0-9_-]{1,8}", key):
                 raise Broken(f"keyword {key!r} has characters FITS does not allow")
             cards[key], _ = _value(text[10:])
+            last = key
 
 
 def _int(cards: dict[str, Any], key: str, default: int | None = None) -> int:
@@ -118,17 +123,11 @@ def _int(cards: dict[str, Any], key: str, default: int | None = None) -> int:
     return v
 
 
-class FitsScanner(Scanner):
+class FitsScanner(FlatScanner):
     """FITS files: image HDUs."""
 
     name: ClassVar[str] = "fits"
-    options: ClassVar[frozenset[str]] = frozenset({"group", "max_inline"})
-
-    def __init__(self, *, inline_threshold: int = INLINE_THRESHOLD, drop_variables: Any = (),
-                 subchunk: int | None = None, group: str | None = None, max_inline: int | None = None) -> None:
-        self.inline_threshold, self.drop, self.subchunk = common_options(inline_threshold, drop_variables,
-                                                                         subchunk)
-        self.config = {"inline_threshold": inline_threshold, "drop_variables": self.drop, "subchunk": subchunk}
+    title: ClassVar[str] = "FITS"
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
@@ -174,7 +173,8 @@ class FitsScanner(Scanner):
             if data + nbytes > file.size:
                 raise Broken(f"HDU {k}: its {nbytes} bytes of data end past the end of the file ({file.size} bytes)")
             xt = str(cards.get("XTENSION", "")).strip() if k else ""
-            extname = str(cards.get("EXTNAME", "")).strip() if isinstance(cards.get("EXTNAME"), str) else ""
+            extname = str(cards.get("EXTNAME", "")).strip().replace("/", "_") \
+                if isinstance(cards.get("EXTNAME"), str) else ""  # a "/" would make it a group's
             name = extname or ("PRIMARY" if k == 0 else f"HDU{k}")
             base, j = name, 1
             while name in names:
@@ -201,6 +201,9 @@ class FitsScanner(Scanner):
         for key, v in (("BSCALE", scale), ("BZERO", zero)):
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise cannot(name, f"{key} = {v!r} is no number")
+        if bitpix == 64 and scale == 1 and zero == 2**63:
+            raise cannot(name, "unsigned 64-bit values (BZERO = 2**63) have no exact CF decoding (a float "
+                               "add_offset loses their low bits)")
         if scale != 1:
             attrs["scale_factor"] = float(scale)
         if zero != 0:

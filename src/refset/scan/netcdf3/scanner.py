@@ -13,17 +13,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.abc.scanner import Scanner
-from refset.errors import Unsupported
 from refset.io.scanfile import ScanFile
 from refset.model.refset import ReferenceSet
+from refset.scan.flat import FlatScanner
 from refset.scan.netcdf3.header import MAGIC, Variable, read_header
 from refset.scan.writer import (
-    INLINE_THRESHOLD,
     DropList,
     SetWriter,
     cannot,
-    common_options,
     json_value,
     split_rows,
 )
@@ -31,20 +28,12 @@ from refset.scan.writer import (
 __all__ = ["NetCDF3Scanner"]
 
 
-class NetCDF3Scanner(Scanner):
+class NetCDF3Scanner(FlatScanner):
     """NetCDF3 files. ``group`` may only name the root (NetCDF3 has no groups); options of other
     scanners (``max_inline``) are accepted and unused, so that one option set scans any file."""
 
     name: ClassVar[str] = "netcdf3"
-    options: ClassVar[frozenset[str]] = frozenset({"group", "max_inline"})
-
-    def __init__(self, *, inline_threshold: int = INLINE_THRESHOLD, drop_variables: Any = (),
-                 subchunk: int | None = None, group: str | None = None, max_inline: int | None = None) -> None:
-        self.inline_threshold, self.drop, self.subchunk = common_options(inline_threshold, drop_variables,
-                                                                         subchunk)
-        if group not in (None, "", "/"):
-            raise Unsupported(f"group={group!r}: NetCDF3 files have no groups")
-        self.config = {"inline_threshold": inline_threshold, "drop_variables": self.drop, "subchunk": subchunk}
+    title: ClassVar[str] = "NetCDF3"
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:

@@ -65,8 +65,7 @@ def _keys(ifd: Ifd) -> dict[str, Any]:
     if d.size < 4 or d.size < 4 + 4 * int(d[3]):
         raise Broken(f"GeoKey directory of {d.size} values for {int(d[3]) if d.size >= 4 else '?'} keys")
     doubles = ifd.values(DOUBLES).astype(np.float64) if ifd.has(DOUBLES) else np.zeros(0)
-    text = ifd.text(ASCII) if ifd.has(ASCII) else ""
-    raw_ascii = text or ""
+    raw_ascii = ifd.text(ASCII) or ""
     out: dict[str, Any] = {}
     for i in range(int(d[3])):
         key, where, count, value = (int(x) for x in d[4 + 4 * i: 8 + 4 * i])
@@ -126,7 +125,7 @@ def _scaled(gt: list[float], base: tuple[int, int], size: tuple[int, int]) -> li
     return [gt[0], gt[1] * fx, gt[2] * fy, gt[3], gt[4] * fx, gt[5] * fy]
 
 
-def attributes(g: Georef, base: tuple[int, int], size: tuple[int, int], first: bool) -> dict[str, Any]:
+def attributes(g: Georef, base: tuple[int, int], size: tuple[int, int]) -> dict[str, Any]:
     """An image's georeferencing attributes: its ``GeoTransform``; the first image's size also names
     ``spatial_ref``."""
     out: dict[str, Any] = {"GeoTransform": _transform_text(_scaled(g.transform, base, size))}

@@ -22,13 +22,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.abc.scanner import Scanner
 from refset.errors import InvalidFile
 from refset.io.scanfile import ScanFile
 from refset.model.refset import ReferenceSet
+from refset.scan.flat import FlatScanner
 from refset.scan.tiff import geo
 from refset.scan.tiff.ifd import MAGICS, Broken, Ifd, metadata_spans, overlapping, read_ifds
-from refset.scan.writer import INLINE_THRESHOLD, DropList, SetWriter, cannot, common_options
+from refset.scan.writer import DropList, SetWriter, cannot
 
 __all__ = ["TiffScanner", "COMPRESSIONS"]
 
@@ -36,7 +36,7 @@ __all__ = ["TiffScanner", "COMPRESSIONS"]
 WIDTH, LENGTH, BITS, COMPRESSION, PHOTOMETRIC, SAMPLES, ROWS_PER_STRIP = 256, 257, 258, 259, 262, 277, 278
 STRIP_OFFSETS, STRIP_COUNTS, PLANAR, PREDICTOR, TILE_WIDTH, TILE_LENGTH = 273, 279, 284, 317, 322, 323
 TILE_OFFSETS, TILE_COUNTS, SAMPLE_FORMAT, SUBFILE, DESCRIPTION = 324, 325, 339, 254, 270
-GDAL_METADATA, GDAL_NODATA = 42112, 42113
+GDAL_METADATA, GDAL_NODATA, IMAGE_DEPTH = 42112, 42113, 32997
 
 #: TIFF compression code -> the zarr v2 codec that decodes it (None: stored as is).
 COMPRESSIONS: dict[int, dict[str, Any] | None] = {
@@ -52,17 +52,11 @@ _NAMES = {6: "old-style JPEG", 7: "JPEG", 34887: "LERC", 34925: "LZMA", 50001: "
           2: "CCITT RLE", 3: "CCITT Group 3", 4: "CCITT Group 4"}
 
 
-class TiffScanner(Scanner):
+class TiffScanner(FlatScanner):
     """TIFF and BigTIFF files (GeoTIFF and COG included)."""
 
     name: ClassVar[str] = "tiff"
-    options: ClassVar[frozenset[str]] = frozenset({"group", "max_inline"})
-
-    def __init__(self, *, inline_threshold: int = INLINE_THRESHOLD, drop_variables: Any = (),
-                 subchunk: int | None = None, group: str | None = None, max_inline: int | None = None) -> None:
-        self.inline_threshold, self.drop, self.subchunk = common_options(inline_threshold, drop_variables,
-                                                                         subchunk)
-        self.config = {"inline_threshold": inline_threshold, "drop_variables": self.drop, "subchunk": subchunk}
+    title: ClassVar[str] = "TIFF"
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
@@ -89,7 +83,7 @@ class TiffScanner(Scanner):
                 name = str(k)
                 if name in drop:
                     continue
-                _image(out, ifd, k, name, base, georef, file.size, spans)
+                _image(out, ifd, k, name, base, georef, file.size, spans, first.one(SAMPLES, 1))
             if georef is not None and "0" not in drop:
                 geo.write_coordinates(out, georef, base)
         except Broken as e:
@@ -157,13 +151,15 @@ def _fill(ifd: Ifd, dtype: np.dtype[Any]) -> tuple[Any, bool]:
 
 
 def _image(out: SetWriter, ifd: Ifd, k: int, name: str, base: tuple[int, int], georef: geo.Georef | None,
-           size: int, spans: np.ndarray) -> None:
+           size: int, spans: np.ndarray, base_spp: int) -> None:
     h, w = _size(ifd)
     spp = ifd.one(SAMPLES, 1)
     planar = ifd.one(PLANAR, 1)
     if h <= 0 or w <= 0 or spp <= 0:
         raise Broken(f"image {k}: {h} x {w} pixels of {spp} samples")
     dtype = _dtype(ifd, name)
+    if ifd.one(IMAGE_DEPTH, 1) != 1:
+        raise cannot(name, f"a volumetric image ({ifd.one(IMAGE_DEPTH, 1)} planes deep, SGI's ImageDepth)")
     if ifd.has(TILE_WIDTH) or ifd.has(TILE_OFFSETS):
         tw, tl = ifd.one(TILE_WIDTH), ifd.one(TILE_LENGTH)
         offsets, counts = ifd.ints(TILE_OFFSETS, types=_OFFSET_TYPES), ifd.ints(TILE_COUNTS, types=_OFFSET_TYPES)
@@ -189,7 +185,7 @@ def _image(out: SetWriter, ifd: Ifd, k: int, name: str, base: tuple[int, int], g
         raise Broken(f"image {k}: a tile or strip overlaps the file's header or directories")
     same = (h, w) == base
     ydim, xdim = ("y", "x") if same else (f"y_{k}", f"x_{k}")
-    bdim = "band" if k == 0 or same else f"band_{k}"
+    bdim = "band" if k == 0 or (same and spp == base_spp) else f"band_{k}"
     if separate:
         shape, chunks, grid, dims, axis = (spp, h, w), (1, tl, tw), (spp, down, across), [bdim, ydim, xdim], -1
     elif spp > 1:
@@ -202,7 +198,7 @@ def _image(out: SetWriter, ifd: Ifd, k: int, name: str, base: tuple[int, int], g
                              "Photometric": ifd.one(PHOTOMETRIC, 1) if ifd.has(PHOTOMETRIC) else None}
     attrs = {a: v for a, v in attrs.items() if v is not None}
     if georef is not None:
-        attrs.update(geo.attributes(georef, base, (h, w), first=k == 0))
+        attrs.update(geo.attributes(georef, base, (h, w)))
     if not filters and dtype.kind in "iuf":
         want_len = math.prod(chunks) * dtype.itemsize
         bad = (counts > 0) & (counts != want_len)

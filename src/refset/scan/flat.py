@@ -1,0 +1,28 @@
+"""The constructor that scanners of formats without groups share (NetCDF3, GRIB, TIFF, FITS, DMR++)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from refset.abc.scanner import Scanner
+from refset.errors import Unsupported
+from refset.scan.writer import INLINE_THRESHOLD, common_options
+
+__all__ = ["FlatScanner"]
+
+
+class FlatScanner(Scanner):
+    """A scanner of one kind of file without groups: ``group`` may only name the root, and options of
+    other scanners (``max_inline``) are accepted and unused, so that one option set scans any file."""
+
+    options: ClassVar[frozenset[str]] = frozenset({"group", "max_inline"})
+    #: How messages name the format ("NetCDF3", "TIFF"...); the scanner's name by default.
+    title: ClassVar[str] = ""
+
+    def __init__(self, *, inline_threshold: int = INLINE_THRESHOLD, drop_variables: Any = (),
+                 subchunk: int | None = None, group: str | None = None, max_inline: int | None = None) -> None:
+        self.inline_threshold, self.drop, self.subchunk = common_options(inline_threshold, drop_variables,
+                                                                         subchunk)
+        if group not in (None, "", "/"):
+            raise Unsupported(f"group={group!r}: {self.title or self.name} files have no groups")
+        self.config = {"inline_threshold": inline_threshold, "drop_variables": self.drop, "subchunk": subchunk}
