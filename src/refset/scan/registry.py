@@ -17,13 +17,14 @@ __all__ = ["scanners", "scanner_for", "ENTRY_POINTS"]
 #: The entry-point group other packages add scanners to (``name = "package.module:ScannerClass"``).
 ENTRY_POINTS = "refset.scanners"
 
-_BUILTIN = (
-    ("hdf5", "refset.scan.hdf5.scanner:HDF5Scanner"),
+_BUILTIN = (  # asked in this order: HDF5's probe, which looks for a superblock past a user block at
+    # 512, 1024, 2048... bytes (a request each for a remote file), after the kinds told by their head
     ("netcdf3", "refset.scan.netcdf3.scanner:NetCDF3Scanner"),
     ("tiff", "refset.scan.tiff.scanner:TiffScanner"),
     ("grib", "refset.scan.grib.scanner:GribScanner"),
     ("fits", "refset.scan.fits.scanner:FitsScanner"),
     ("dmrpp", "refset.scan.dmrpp.scanner:DmrppScanner"),
+    ("hdf5", "refset.scan.hdf5.scanner:HDF5Scanner"),
 )
 
 
