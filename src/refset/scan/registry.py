@@ -24,6 +24,7 @@ _BUILTIN = (  # asked in this order: HDF5's probe, which looks for a superblock 
     ("grib", "refset.scan.grib.scanner:GribScanner"),
     ("fits", "refset.scan.fits.scanner:FitsScanner"),
     ("dmrpp", "refset.scan.dmrpp.scanner:DmrppScanner"),
+    ("hdf4", "refset.scan.hdf4.scanner:Hdf4Scanner"),
     ("hdf5", "refset.scan.hdf5.scanner:HDF5Scanner"),
 )
 
