@@ -98,6 +98,38 @@ def test_refusals_and_broken_sidecars(tmp_path: Path) -> None:
         refset.scan(str(bad))
 
 
+def test_hand_written_sidecars(tmp_path: Path) -> None:
+    """64-bit fill values exact, dims declared in a sibling group, compact data of the wrong size and
+    members of one name refused."""
+    h5 = tmp_path / "g.h5"
+    with h5py.File(h5, "w") as f:
+        f.create_dataset("v", shape=(4,), dtype="<i8", chunks=(2,), fillvalue=-9223372036854775806)
+        f["v"][:2] = [1, 2]
+    side = tmp_path / "g.dmrpp"
+    write_dmrpp(h5, side)
+    fill = -9223372036854775806  # netCDF's NC_FILL_INT64: not a float's
+    np.testing.assert_array_equal(_values(refset.scan(str(side)), "v"), [1, 2, fill, fill])
+    ns = ('xmlns="http://xml.opendap.org/ns/DAP/4.0#" xmlns:dmrpp="http://xml.opendap.org/dap/dmrpp/1.0.0#" '
+          f'dmrpp:href="{h5}"')
+    sib = tmp_path / "sib.dmrpp"
+    sib.write_text(f'<?xml version="1.0"?><Dataset {ns} name="d"><Group name="a"><Dimension name="x" size="2"/>'
+                   '</Group><Group name="b"><Int16 name="v"><Dim name="/a/x"/><dmrpp:compact>AAABAA==</dmrpp:compact>'
+                   '</Int16></Group></Dataset>')
+    rs = refset.scan(str(sib))
+    assert rs.metadata["b/v"].dimension_names == ("x",)
+    np.testing.assert_array_equal(_values(rs, "b/v"), [0, 1])
+    short = tmp_path / "short.dmrpp"
+    short.write_text(f'<?xml version="1.0"?><Dataset {ns} name="d"><Int32 name="c"><Dim size="4"/>'
+                     '<dmrpp:compact>AAAAAAEAAAA=</dmrpp:compact></Int32></Dataset>')
+    with pytest.raises(InvalidFile, match="8 bytes of compact data for shape"):
+        refset.scan(str(short))
+    twice = tmp_path / "twice.dmrpp"
+    twice.write_text(f'<?xml version="1.0"?><Dataset {ns} name="d"><Group name="v"/><Int32 name="v"><Dim size="1"/>'
+                     '<dmrpp:compact>AAAAAA==</dmrpp:compact></Int32></Dataset>')
+    with pytest.raises(InvalidFile, match="two members named 'v'"):
+        refset.scan(str(twice))
+
+
 def test_dmrpp_fuzz(tmp_path: Path) -> None:
     """Byte flips and digit changes in a sidecar: a set, or a refset error naming the sidecar; never
     another exception. (Values are not compared: a sidecar that lies about offsets is not detectable

@@ -49,6 +49,8 @@ def _write(path: Path) -> None:
         d.endaccess()
     e = f.create("empty", SDC.FLOAT32, (0,))  # an unlimited dimension never written
     e.endaccess()
+    never = f.create("never", SDC.INT16, (5,))  # defined, never written: netCDF's default fill
+    never.endaccess()
     f.end()
 
 
@@ -98,7 +100,8 @@ def _check(path: Path) -> int:
 def test_every_layout_and_type_reads_as_the_hdf4_library_reads_it(tmp_path: Path) -> None:
     path = tmp_path / "f.hdf"
     _write(path)
-    assert _check(path) == len(TYPES) + 1
+    assert _check(path) == len(TYPES) + 2
+    assert _pyhdf(path)["never"].tolist() == [-32767] * 5  # read back as the library gives it
 
 
 @pytest.mark.skipif(not MOD14.exists(), reason="shared corpus not found (CI provides it)")

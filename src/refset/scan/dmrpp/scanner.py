@@ -86,8 +86,8 @@ class DmrppScanner(FlatScanner):
                 raise Broken("the <Dataset> has no dmrpp:href naming the granule")
             granule = _resolve(href, file.url)
             # references name the granule: the writer's URL table holds it (the sidecar is not referenced)
-            out = SetWriter(granule, 0)
-            self._group(out, root, "", {}, granule, drop)
+            out = SetWriter(granule, 0)  # the granule is never read: nothing is inlined
+            self._group(out, root, "", _declared(root, ""), granule, drop)
         except Broken as e:
             raise InvalidFile(f"{file.url}: not a valid DMR++ file: {e}") from None
         drop.warn_unused(file.url)
@@ -95,15 +95,16 @@ class DmrppScanner(FlatScanner):
 
     def _group(self, out: SetWriter, el: ET.Element, path: str, dims: dict[str, int], granule: str,
                drop: DropList) -> None:
-        dims = dict(dims)
+        dims = dict(dims)  # full paths, and this group's own names
         for child in el:
-            if _local(child.tag) == "Dimension":
-                name, size = child.get("name"), child.get("size")
-                if name is None or size is None or not size.isdigit():
-                    raise Broken(f"a <Dimension> without a name or a size: {child.attrib}")
-                dims[name] = int(size)
-                dims[(f"/{path}/" if path else "/") + name] = int(size)
+            if _local(child.tag) == "Dimension" and child.get("name"):
+                dims[str(child.get("name"))] = dims[f"/{path}/{child.get('name')}" if path else f"/{child.get('name')}"]
         out.group(path, _attributes(el))
+        names = [c.get("name") for c in el if _local(c.tag) in ("Group", *_TYPES, "String", "URL", "Structure",
+                                                                   "Sequence", "Opaque", "Enum")]
+        if len(names) != len(set(names)):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise Broken(f"two members named {dup!r} in group {'/' + path!r}")
         for child in el:
             tag = _local(child.tag)
             if tag == "Group":
@@ -155,7 +156,12 @@ class DmrppScanner(FlatScanner):
         attrs = _attributes(el)
         fill_value = _fill(fill, dtype, path) if fill is not None else None
         if compact is not None:
-            data = base64.b64decode((compact.text or "").strip(), validate=False)
+            try:
+                data = base64.b64decode((compact.text or "").strip(), validate=False)
+            except ValueError:
+                raise Broken(f"variable {path!r}: dmrpp:compact is not base64") from None
+            if len(data) != math.prod(shape) * dtype.itemsize:
+                raise Broken(f"variable {path!r}: {len(data)} bytes of compact data for shape {shape}")
             out.array(path, shape=tuple(shape), chunks=tuple(shape) if shape else (), dtype=dtype,
                       fill_value=fill_value, filters=None, attrs=attrs, dims=names, inline={0: data})
             return
@@ -192,6 +198,21 @@ class DmrppScanner(FlatScanner):
                   offset=offset.reshape(gshape), length=length.reshape(gshape))
 
 
+def _declared(el: ET.Element, path: str) -> dict[str, int]:
+    """Every ``<Dimension>`` of ``el`` and the groups under it, by its full path (``/g/x``)."""
+    out: dict[str, int] = {}
+    for child in el:
+        tag = _local(child.tag)
+        if tag == "Dimension":
+            name, size = child.get("name"), child.get("size")
+            if name is None or size is None or not size.isdigit():
+                raise Broken(f"a <Dimension> without a name or a size: {child.attrib}")
+            out[f"{path}/{name}"] = int(size)
+        elif tag == "Group" and child.get("name"):
+            out.update(_declared(child, f"{path}/{child.get('name')}"))
+    return out
+
+
 def _filters(spec: str, item: int, level: str | None, path: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for name in spec.split():
@@ -208,16 +229,22 @@ def _filters(spec: str, item: int, level: str | None, path: str) -> list[dict[st
 
 
 def _fill(text: str, dtype: np.dtype[Any], path: str) -> Any:
-    try:
-        if dtype.kind == "f":
-            return float(text)
-        v = int(float(text)) if re.fullmatch(r"[+-]?\d+(\.0*)?([eE]\+?\d+)?", text.strip()) else None
-    except ValueError:
-        v = None
-    if v is None:
+    """A ``fillValue`` as a value of ``dtype`` (integers parsed exactly: 64-bit fills do not survive a
+    float); one the type cannot hold is refused."""
+    t = text.strip()
+    if dtype.kind == "f":
+        try:
+            return float(t)
+        except ValueError:
+            raise Broken(f"variable {path!r}: fillValue {text!r} is no {dtype}") from None
+    m = re.fullmatch(r"([+-]?\d+)(?:\.0*)?", t)
+    if m is None:
         raise Broken(f"variable {path!r}: fillValue {text!r} is no {dtype}")
+    v = int(m.group(1))
     info = np.iinfo(dtype)
-    return v if info.min <= v <= info.max else None
+    if not info.min <= v <= info.max:
+        raise Broken(f"variable {path!r}: fillValue {v} is outside {dtype}")
+    return v
 
 
 def _attributes(el: ET.Element) -> dict[str, Any]:

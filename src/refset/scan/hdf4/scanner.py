@@ -10,8 +10,12 @@ contiguous data, or of its deflate-compressed data (a special compressed element
 ``_FillValue`` is the fill value; other attributes are kept as they are (MODIS's ``scale_factor``/
 ``add_offset`` follow HDF4's convention, ``scale * (stored - offset)``, not CF's: see docs/scan.md).
 
-Refused, naming the dataset: chunked, linked or external storage, compressions other than deflate, and
-number types other than the integers and floats. Broken structures are
+Data never written reads as ``_FillValue``, else as the fill value a chunked dataset records, else as
+netCDF's default fill for the type (what the HDF4 library gives); that value is the zarr fill value only
+when some chunk was never written (xarray masks a zarr fill value).
+
+Refused, naming the dataset: data in linked blocks (an unlimited dimension's appended data), external
+or buffered storage, compressions other than deflate, character data. Broken structures are
 :class:`~refset.errors.InvalidFile`.
 """
 
@@ -34,6 +38,11 @@ MAGIC = b"\x0e\x03\x13\x01"
 MAX_DDS = 10_000_000
 NT, SDD, SD, NDG, VH, VS, VG, COMPRESSED, LINKED = 106, 701, 702, 720, 1962, 1963, 1965, 40, 20
 SPECIAL = 0x4000
+MAX_CHUNKS = 1 << 26  # chunks of one dataset's grid
+#: netCDF's default fill values (what the SD interface gives for data never written), by numpy kind
+_DEFAULT_FILL = {"i1": -127, "u1": 255, "i2": -32767, "u2": 65535, "i4": -2147483647, "u4": 4294967295,
+                 "i8": -9223372036854775806, "u8": 18446744073709551614, "f4": 9.969209968386869e36,
+                 "f8": 9.969209968386869e36}
 #: HDF4 number types -> numpy kinds (DFNT_*); | 0x4000 is little-endian
 _NT = {3: "u1", 4: "S1", 5: "f4", 6: "f8", 20: "i1", 21: "u1", 22: "i2", 23: "u2", 24: "i4", 25: "u4", 26: "i8",
        27: "u8"}
@@ -197,7 +206,7 @@ class Hdf4Scanner(FlatScanner):
     def __call__(self, file: ScanFile) -> ReferenceSet:
         # docstring inherited
         drop = DropList(self.drop)
-        out = SetWriter(file.url, 0)
+        out = SetWriter(file.url, self.inline_threshold)
         try:
             h = _File(file)
             self._write(h, out, drop)
@@ -222,7 +231,7 @@ class Hdf4Scanner(FlatScanner):
                 continue
             ndg = next((r for t, r in elems if t == NDG), None)
             if ndg is None:
-                continue  # a dimension scale's Vgroup has no data group of its own
+                continue  # a dataset created and never defined
             if name in names:
                 raise cannot(name, "two datasets of one name")
             names.add(name)
@@ -248,6 +257,8 @@ class Hdf4Scanner(FlatScanner):
         fill = attrs.pop("_FillValue", None)
         if isinstance(fill, list):
             fill = fill[0] if fill else None
+        if fill is None:
+            fill = _DEFAULT_FILL.get(dtype.str[1:])
         if len(dims) != rank:
             dims = [f"{name}_dim{i}" for i in range(rank)]
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -281,15 +292,14 @@ class Hdf4Scanner(FlatScanner):
                 raise Broken(f"dataset {name!r}: its compressed data lies outside the file")
             offset, length = np.full(grid, off, np.int64), np.full(grid, ln, np.int64)
             filters = [{"id": "zlib", "level": 6}]
-        out.array(name, shape=shape, chunks=chunks, dtype=dtype, fill_value=fill, filters=filters, attrs=attrs,
-                  dims=dims, offset=offset, length=length)
+        out.array(name, shape=shape, chunks=chunks, dtype=dtype, fill_value=_fill_if_missing(fill, length),
+                  filters=filters, attrs=attrs, dims=dims, offset=offset, length=length)
 
 
     def _chunked(self, h: _File, out: SetWriter, name: str, head: bytes, shape: tuple[int, ...],
                  dtype: np.dtype[Any], dims: list[str], attrs: dict[str, Any], fill: Any) -> None:
         """A chunked SDS: its chunk table (a Vdata of origin, tag, ref) gives each chunk's element,
         raw or deflate-compressed (HDF4 Developer's Guide, chunked element description record)."""
-        (_hlen,) = struct.unpack_from(">i", head, 2)
         _version, flag, _total, chunk_size, nt_size, tbl_tag, tbl_ref = struct.unpack_from(">BiiiiHH", head, 6)
         at = 6 + 1 + 16 + 4 + 4  # past the fields above and the unused special tag/ref
         (ndims,) = struct.unpack_from(">i", head, at)
@@ -298,16 +308,19 @@ class Hdf4Scanner(FlatScanner):
             raise Broken(f"dataset {name!r}: a chunk record of {ndims} dims for {len(shape)}")
         chunks = []
         for _ in range(ndims):
-            _distrib, length, clen = struct.unpack_from(">iii", head, at)
+            _distrib, _length, clen = struct.unpack_from(">iii", head, at)
             at += 12
             chunks.append(clen)
         if any(c <= 0 for c in chunks) or int(np.prod(chunks)) != chunk_size or nt_size != dtype.itemsize:
             raise Broken(f"dataset {name!r}: chunks {chunks} of {chunk_size} values of {nt_size} bytes")
         chunk_bytes = chunk_size * nt_size
         filters = None
+        (clen,) = struct.unpack_from(">i", head, at)
+        if clen == dtype.itemsize and fill == _DEFAULT_FILL.get(dtype.str[1:]) and "_FillValue" not in attrs:
+            fill = np.frombuffer(head[at + 4:at + 4 + clen], dtype.newbyteorder(">") if dtype.itemsize > 1
+                                 else dtype)[0].item()  # the fill value the chunk record holds
+        at += 4 + clen
         if flag & 1:  # chunks are special elements: compressed
-            (clen,) = struct.unpack_from(">i", head, at)
-            at += 4 + clen  # the fill value
             sp, _n = struct.unpack_from(">Hi", head, at)
             _model, comp = struct.unpack_from(">HH", head, at + 6)
             if sp != 3 or comp != 4:
@@ -320,6 +333,8 @@ class Hdf4Scanner(FlatScanner):
         tags = h.vdata_field(tbl_ref, nvert, ivsize, *fields[1][1:]).reshape(-1)
         refs = h.vdata_field(tbl_ref, nvert, ivsize, *fields[2][1:]).reshape(-1)
         grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
+        if int(np.prod(grid, dtype=np.float64)) > MAX_CHUNKS:
+            raise Broken(f"dataset {name!r}: a grid of {grid} chunks")
         if origin.shape[1] != ndims or (origin < 0).any() or (origin >= np.asarray(grid)).any():
             raise Broken(f"dataset {name!r}: chunk origins off its grid {grid}")
         offset = np.zeros(grid, np.int64)
@@ -338,8 +353,14 @@ class Hdf4Scanner(FlatScanner):
             if off < 0 or ln <= 0 or off + ln > h.f.size:
                 raise Broken(f"dataset {name!r}: chunk {o} lies outside the file")
             offset[tuple(o)], length[tuple(o)] = off, ln
-        out.array(name, shape=shape, chunks=tuple(chunks), dtype=dtype, fill_value=fill, filters=filters,
-                  attrs=attrs, dims=dims, offset=offset, length=length)
+        out.array(name, shape=shape, chunks=tuple(chunks), dtype=dtype, fill_value=_fill_if_missing(fill, length),
+                  filters=filters, attrs=attrs, dims=dims, offset=offset, length=length)
+
+
+def _fill_if_missing(fill: Any, length: np.ndarray) -> Any:
+    """The fill value when a chunk was never written (what it reads as), else None: xarray masks a
+    zarr fill value, and a value equal to a default fill is data where every chunk was written."""
+    return fill if length.size and bool((length == 0).any()) else None
 
 
 def _attrs(h: _File, elems: list[tuple[int, int]]) -> dict[str, Any]:
