@@ -1,12 +1,12 @@
-"""Scanning TIFF, GRIB2 and FITS files: refset vs kerchunk's scanner of each format, per file, over a
-generated batch and the corpus's files, in one run.
+"""Scanning TIFF, GRIB2, FITS and HDF4 files: refset vs kerchunk's scanner of each format, per file,
+over a generated batch and the corpus's files, in one run.
 
 usage: python bench/bench_formats.py [--files N] [--repeat R]
 
 The batch: N small files per format like a product's (a 512x512 Deflate COG with two overviews; a GRIB2
 forecast of 27 messages on a 31x16 grid; a FITS file of three image HDUs), each scanned by one refset
 run (``refset.scan.Scan``: a run keeps what files of one product share) and by kerchunk
-(``tiff_to_zarr``, ``scan_grib``, ``fits.process_file``). Medians of R passes; read the ratios.
+(``tiff_to_zarr``, ``scan_grib``, ``fits.process_file``, ``HDF4ToZarr``). Medians of R passes; read the ratios.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore")
     from kerchunk.fits import process_file
     from kerchunk.grib2 import scan_grib
+    from kerchunk.hdf4 import HDF4ToZarr
     from kerchunk.tiff import tiff_to_zarr
 
     from refset.scan import Scan
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for p in sorted(corpus.glob("*.tif")) + sorted(corpus.glob("*.grib2")) + sorted(corpus.glob("*.grb2")):
             cases.append((f"corpus {p.name}", [p], tiff_to_zarr if p.suffix == ".tif" else scan_grib))
+        for p in sorted(corpus.glob("*.hdf4")):
+            cases.append((f"corpus {p.name}", [p], lambda f: HDF4ToZarr(f).translate()))
         for label, files, peer in cases:
             names = [str(f) for f in files]
 
