@@ -28,16 +28,11 @@ from refset.model.refset import ReferenceSet
 from refset.model.table import INLINE, RANGE, ChunkTable, KeyTable
 from refset.model.versions import codec_name
 
-__all__ = ["scan_store", "is_zarr_store", "MAX_KEYS"]
+__all__ = ["scan_store", "MAX_KEYS"]
 
 MAX_KEYS = 50_000_000
 _META = (".zarray", ".zgroup", ".zattrs", "zarr.json")
 _EMPTY = (1 << 64) - 1
-
-
-def is_zarr_store(fs: Any, root: str) -> bool:
-    """Whether ``root`` holds a zarr group or array at its top."""
-    return any(fs.exists(f"{root.rstrip('/')}/{n}") for n in (".zgroup", ".zarray", "zarr.json"))
 
 
 def scan_store(url: str, storage_options: Mapping[str, Any] | None = None) -> ReferenceSet:

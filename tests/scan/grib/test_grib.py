@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import refset
-from refset.errors import InvalidFile, RefsetError, Unsupported
+from refset.errors import InvalidFile, Unsupported
 from refset.scan.grib.scanner import GribScanner
 from refset.testing import ScannerTests
 
@@ -24,6 +24,7 @@ cfgrib = pytest.importorskip("cfgrib")
 xr = pytest.importorskip("xarray")
 
 from tests.conftest import CORPUS  # noqa: E402
+from tests.scan.fuzzcheck import scan_and_read  # noqa: E402
 from tests.scan.grib.gribfiles import forecast, write_grib  # noqa: E402
 
 GRIBS = sorted(p for p in (CORPUS / "kerchunk-fixtures").glob("*") if p.suffix in (".grb2", ".grib2")) \
@@ -205,17 +206,7 @@ def test_grib_fuzz(tmp_path: Path) -> None:
         for _ in range(rng.randint(1, 4)):
             b[s0 + rng.randrange(0, 200)] ^= 1 << rng.randrange(8)
         case.write_bytes(bytes(b))
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                ds = refset.open_dataset(refset.scan(str(case)))
-                for v in ds.data_vars:
-                    ds[v].values  # noqa: B018
-            out = "read"
-        except RefsetError as e:
-            out = "refset error" if str(case) in str(e) else f"unnamed: {e}"
-        except Exception as e:
-            out = f"bare {type(e).__name__}: {e}"
+        out = scan_and_read(case, mask_and_scale=True)
         counts[out.split(":")[0]] = counts.get(out.split(":")[0], 0) + 1
         if out not in ("read", "refset error"):
             bad.append(f"seed {seed}: {out}")
