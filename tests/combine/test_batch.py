@@ -15,8 +15,9 @@ import pytest
 
 import refset
 from refset.combine import combine, expand_lists
-from refset.errors import InvalidReferences, Unsupported
+from refset.errors import InvalidReferences
 from refset.formats.json.batch import NotBatch, read_documents
+from refset.model.parts import find_parts
 from tests.combine.test_combine import _day, _kerchunk, _mf
 
 xr = pytest.importorskip("xarray")
@@ -235,8 +236,9 @@ def test_big_indices_and_metadata_as_references(tmp_path: Path) -> None:
     assert read_documents(paths, {}).meta[1]["x/.zattrs"] == (str(attrs),)
     _same_as_generic(paths, urls=False, concat_dims="t")
     attrs.write_text(json.dumps({"_ARRAY_DIMENSIONS": ["t", "k"], "scale_factor": 2}))  # read and compared
-    with pytest.raises(Unsupported, match=r"variable 'x': scale_factor 2\.0 in input .* differs from absent"):
-        combine(paths, concat_dims="t")
+    split = combine(paths, concat_dims="t")  # packed in one input: parts, each decoded with its own
+    assert find_parts(split)["x"].bounds == (0, 1, 2, 3)
+    assert json.loads(split["x/part1/.zattrs"])["scale_factor"] == 2
     docs[1]["refs"]["x/.zarray"] = [str(attrs)]
     with pytest.raises(NotBatch):
         read_documents(_write(tmp_path, docs), {})

@@ -1,5 +1,5 @@
 """combine compares what decoding needs: inputs whose packing, fill, valid range or time encoding differ are
-refused naming the variable, the attribute and both inputs (never decoded with the first input's); inputs that
+combined as parts, each decoded with its own attributes (never with the first input's); inputs that
 differ only where decoding does not look (a zlib level, ``standard`` vs ``proleptic_gregorian`` after 1582, a
 history attribute) combine, with values equal to ``xr.open_mfdataset``; ``coo_dtypes`` to datetime64 decodes
 CF times with their units and calendar."""
@@ -60,6 +60,23 @@ def _mf(files: list[str]) -> xr.Dataset:
 PACKED = {"scale_factor": 0.01, "add_offset": 200.0}
 
 
+def _same_as_xarray(rs: refset.ReferenceSet, files: list[str], parts: str | None = "tas") -> None:
+    """``rs`` read by refset equals xr.open_mfdataset of ``files`` (sorted by time) value by value;
+    ``parts``: the variable stored as parts."""
+    from refset.model.parts import find_parts
+
+    assert (parts in find_parts(rs)) if parts else not find_parts(rs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = refset.open_dataset(rs).load()
+    want = _mf(sorted(files, key=lambda f: float(xr.open_dataset(f, decode_times=False).time[0]) * (
+        24 if "hours" in xr.open_dataset(f, decode_times=False).time.units else 1)))
+    for name in want.data_vars:
+        assert got[name].dtype == want[name].dtype, name
+        np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
+    np.testing.assert_array_equal(got.time.values, want.time.values)
+
+
 @pytest.mark.parametrize(("attr", "first", "second"), [
     ("scale_factor", 0.01, 0.02),
     ("add_offset", 200.0, 210.0),
@@ -68,64 +85,61 @@ PACKED = {"scale_factor": 0.01, "add_offset": 200.0}
     ("valid_min", 0, 1),
     ("_Unsigned", "true", "false"),
 ])
-def test_a_decoding_attribute_that_differs_is_refused_naming_both_inputs(tmp_path: Path, attr, first,
-                                                                         second) -> None:
+def test_a_decoding_attribute_that_differs_makes_parts_decoded_each_with_its_own(tmp_path: Path, attr, first,
+                                                                                 second) -> None:
+    """Never decoded with the first input's attributes: each input's values with its own, as xarray."""
     a = _file(tmp_path / "a.nc", 0, attrs={**PACKED, attr: first})
     b = _file(tmp_path / "b.nc", 1, attrs={**PACKED, attr: second})
-    with pytest.raises(Unsupported, match=rf"variable 'tas': {attr} .* in input '.*b\.nc' differs from .* in "
-                                          rf"input '.*a\.nc'"):
-        combine([a, b], concat_dims="time")
+    _same_as_xarray(combine([b, a], concat_dims="time"), [a, b])
     c = _file(tmp_path / "c.nc", 2, attrs={k: v for k, v in PACKED.items() if k != attr})  # absent: differs
-    with pytest.raises(Unsupported, match=rf"variable 'tas': {attr} absent in input '.*c\.nc'"):
-        combine([a, c], concat_dims="time")
+    _same_as_xarray(combine([a, c], concat_dims="time"), [a, c])
 
 
-def test_per_file_packing_is_refused_in_every_combine_path(tmp_path: Path) -> None:
-    """The ERA5 case: each file packed with its own scale and offset. Before, every file was decoded
-    with the first file's (215.0 where xarray reads 263.0). Refused for data files, for their sets
-    in memory, as JSON files (combine's batch reader) and on a process cluster."""
+def test_per_file_packing_is_decoded_per_file_in_every_combine_path(tmp_path: Path) -> None:
+    """The ERA5 case: each file packed with its own scale and offset. Before parts, every file was
+    decoded with the first file's (215.0 where xarray reads 263.0), then refused; now each file's values
+    are decoded with its own, for data files, their sets in memory, JSON files (combine's batch
+    reader) and (below) on a process cluster."""
     packs = [(0.01, 200.0), (0.02, 210.0), (0.01, 250.0), (0.005, 260.0)]
     files = [_file(tmp_path / f"era{i}.nc", i, attrs={"scale_factor": s, "add_offset": o})
              for i, (s, o) in enumerate(packs)]
-    pattern = r"variable 'tas': add_offset 210\.0 in input '.*era1\.nc' differs from 200\.0 in input '.*era0\.nc'"
-    with pytest.raises(Unsupported, match=pattern):
-        combine(files, concat_dims="time")
-    with pytest.raises(Unsupported, match=r"variable 'tas': add_offset"):
-        combine([refset.scan(f) for f in files], concat_dims="time")
+    _same_as_xarray(combine(files, concat_dims="time"), files)
+    _same_as_xarray(combine([refset.scan(f) for f in files[::-1]], concat_dims="time"), files)
     jsons = []
     for f in files:
         jsons.append(f.replace(".nc", ".json"))
         refset.save(refset.scan(f), jsons[-1])
-    with pytest.raises(Unsupported, match=r"variable 'tas': add_offset 210\.0 in input '.*era1\.json'"):
-        combine(jsons, concat_dims="time")
-    # the same packing in every file combines, equal to xarray
+    _same_as_xarray(combine(jsons, concat_dims="time"), files)
+    # the same packing in every file: one regular array, equal to xarray
     same = [_file(tmp_path / f"same{i}.nc", i, attrs=dict(PACKED)) for i in range(3)]
-    got = refset.open_dataset(combine(same, concat_dims="time")).load()
-    xr.testing.assert_allclose(got.tas, _mf(same).tas)
+    _same_as_xarray(combine(same, concat_dims="time"), same, parts=None)
 
 
-def test_per_file_packing_is_refused_on_a_process_cluster(tmp_path: Path) -> None:
+def test_per_file_packing_on_a_process_cluster(tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed")
     files = [_file(tmp_path / f"era{i}.nc", i, attrs={"scale_factor": 0.01, "add_offset": 200.0 + 10 * (i == 3)})
              for i in range(4)]
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
         # batches of two: the difference lies between the batches, found by the final combine
-        with pytest.raises(Unsupported, match=r"variable 'tas': add_offset 210\.0 in input .* differs from 200\.0"):
-            combine(files, concat_dims="time", client=client, batch_size=2)
+        rs = combine(files[::-1], concat_dims="time", client=client, batch_size=2)
+    _same_as_xarray(rs, files)
+    from refset.model.parts import find_parts
+
+    assert find_parts(rs)["tas"].bounds == (0, 3, 4)
 
 
 def test_bounds_inherit_the_time_units_of_their_parent(tmp_path: Path) -> None:
     """time_bnds has no units of its own: xarray decodes it with time's. Files in days and in hours
-    re-encode time, but time_bnds' raw numbers cannot be re-encoded: refused, not mixed."""
+    re-encode time; time_bnds' raw numbers stay as stored, in parts that carry their file's units."""
     a = _file(tmp_path / "a.nc", 0)
     b = _file(tmp_path / "b.nc", 1, units="hours since 2024-01-01")
-    with pytest.raises(Unsupported, match=r"variable 'time_bnds': units 'hours since 2024-01-01' in input "
-                                          r"'.*b\.nc' differs from 'days since 2024-01-01' in input '.*a\.nc' "
-                                          r"\(inherited from 'time', whose bounds it is\)"):
-        combine([a, b], concat_dims="time")
-    c = _file(tmp_path / "c.nc", 1, bounds_units="days since 2024-01-01")  # own units equal: fine
-    combine([_file(tmp_path / "a2.nc", 0, bounds_units="days since 2024-01-01"), c], concat_dims="time")
+    rs = combine([a, b], concat_dims="time")
+    _same_as_xarray(rs, [a, b], parts="time_bnds")
+    assert json.loads(rs["time_bnds/part1/.zattrs"])["units"] == "hours since 2024-01-01"
+    c = _file(tmp_path / "c.nc", 1, bounds_units="days since 2024-01-01")  # own units equal: one array
+    rs = combine([_file(tmp_path / "a2.nc", 0, bounds_units="days since 2024-01-01"), c], concat_dims="time")
+    assert "time_bnds/.zarray" in rs
 
 
 def test_what_decoding_does_not_read_may_differ(tmp_path: Path) -> None:
@@ -146,8 +160,8 @@ def test_what_decoding_does_not_read_may_differ(tmp_path: Path) -> None:
     np.testing.assert_array_equal(got.time_bnds.values, want.time_bnds.values)
     got = refset.open_dataset(combine(files[1::-1], concat_dims="time")).load()  # sorted by time
     xr.testing.assert_allclose(got, want.assign_attrs(got.attrs))
-    with pytest.raises(Unsupported, match="time_bnds"):  # its own hourly units: cannot be re-encoded
-        combine(files, concat_dims="time")
+    # its own hourly units: time_bnds in parts, each decoded with its units
+    _same_as_xarray(combine(files, concat_dims="time"), files, parts="time_bnds")
     # hours in a standard calendar re-encoded in days of a proleptic_gregorian first input
     plain = [_file(tmp_path / "p.nc", 0, calendar="proleptic_gregorian", bounds=False),
              _file(tmp_path / "q.nc", 1, units="hours since 2024-01-01", bounds=False)]

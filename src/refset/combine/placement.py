@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from refset.combine.coords import Coordinate
+from refset.combine.parts import input_parts, place_parts
 from refset.combine.values import attributes_of, read_arrays
 from refset.errors import InvalidReferences, Unsupported
 from refset.model.array import Array
@@ -24,6 +25,7 @@ from refset.model.decoding import (
 from refset.model.dtypes import dtype_json
 from refset.model.inline import positions_in
 from refset.model.metadata import ArrayMetadata
+from refset.model.parts import Parts
 from refset.model.refset import ReferenceSet
 from refset.model.stack import Rows, SetStack, inline_rows
 from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable, KeyTable
@@ -46,13 +48,19 @@ class Combiner:
         self.arrays: dict[str, Array] = {}
         self.maps: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}  # chunk maps per dim
         self.parents: dict[str, str] = {}  # variable -> the variable whose bounds it is ("": none)
+        self.mixed: list[dict[str, Parts]] = []
+        self.done: set[str] = set()
 
     def build(self) -> ReferenceSet:
         first = self.inputs.meta[0]
+        self.mixed = input_parts(self.inputs)  # per input, its variables made of parts
+        mixed = {p for m in self.mixed for p in m}
+        of_parts = {q for m in self.mixed for layout in m.values() for q in layout.paths()}
         for key in self.inputs.group_keys(0):
-            self.meta[key] = first[key]
-        for path in self.inputs.paths():
-            if path not in self.dim_names:
+            if key.rpartition("/")[0] not in mixed:  # a layout of parts is made anew
+                self.meta[key] = first[key]
+        for path in [*self.inputs.paths(), *sorted(mixed)]:
+            if path not in self.dim_names and path not in of_parts:
                 self.variable(path)
         for c in self.coords:
             self.coordinate(c)
@@ -71,8 +79,13 @@ class Combiner:
 
     # -- one variable -------------------------------------------------------------------------------
     def variable(self, path: str) -> None:
+        if path in self.done:
+            return
+        self.done.add(path)
         inp = self.inputs
         have = [i for i in range(inp.n) if path in inp.metadata[i]]
+        if any(path in m for m in self.mixed):  # some input holds it as parts: so does the result
+            return self.in_parts(path, None)
         if not have:
             return
         i0 = have[0]
@@ -84,6 +97,25 @@ class Combiner:
         gains = [c for c in self.new if leaf not in self.identical and dims != [leaf]]  # not a dim coordinate
         if not axes and not gains:
             return self.copy(path, i0, have, meta)
+        if len(axes) == 1 and len(self.coords) == 1 and not gains:
+            try:
+                return self.regular(path, i0, have, meta, attrs, dims, axes, gains)
+            except Unsupported as e:  # inputs that differ in layout or decoding: parts
+                return self.in_parts(path, e)
+        return self.regular(path, i0, have, meta, attrs, dims, axes, gains)
+
+    def in_parts(self, path: str, refused: Unsupported | None) -> None:
+        """``path`` as a variable made of parts (:mod:`.parts`); ``refused``: why it is not regular."""
+        c = self.coords[0]
+        if len(self.coords) != 1 or c.new:
+            raise refused or Unsupported(f"variable {path!r}: made of parts in an input; parts are combined "
+                                         "along one existing concat dim only")
+        place_parts(self, path, c.dim, self.mixed, refused)
+
+    def regular(self, path: str, i0: int, have: list[int], meta: ArrayMetadata, attrs: dict[str, Any],
+                dims: list[str], axes: dict[str, int], gains: list[Coordinate]) -> None:
+        """``path`` as one regular array: every input's layout and decoding alike, on one chunk grid."""
+        inp = self.inputs
         for i in have[1:]:
             if inp.metadata[i][path] != meta:  # the same documents: the same layout
                 self.same_layout(path, i0, i, meta, axes)

@@ -78,10 +78,19 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
         )
         if zarr_format is None:
             zarr_format = _zarr_format(store)
-        xstore = _datastore().open_group(
-            store, group=group, mode="r", consolidated=False, consolidate_on_close=False,
-            zarr_format=zarr_format, use_zarr_fill_value_as_mask=None,
-        )
+        def open_group(path: str | None) -> Any:
+            return _datastore().open_group(
+                store, group=path, mode="r", consolidated=False, consolidate_on_close=False,
+                zarr_format=zarr_format, use_zarr_fill_value_as_mask=None,
+            )
+
+        xstore = open_group(group)
+        # variables made of parts are decoded part by part, with the options xarray decodes the rest with
+        xstore.refset_parts = (open_group, {
+            "drop_variables": [drop_variables] if isinstance(drop_variables, str) else list(drop_variables or ()),
+            "mask_and_scale": mask_and_scale, "decode_times": decode_times,
+            "concat_characters": concat_characters, "use_cftime": use_cftime,
+            "decode_timedelta": decode_timedelta})
         return ZarrBackendEntrypoint().open_dataset(
             store,  # type: ignore[arg-type]  # a zarr Store, which xarray takes though its annotation omits it
             store=xstore,
@@ -126,6 +135,19 @@ def _datastore() -> type[XarrayZarrStore]:
 
         class RefsetDataStore(XarrayZarrStore):
             """xarray's zarr datastore, its variables' values read by :class:`RefsetArray`."""
+
+            refset_parts: Any = None  # (open a group, decoding options) when opened by the entry point
+
+            def get_variables(self) -> Any:
+                # docstring inherited: the arrays, and each variable made of parts as one
+                from xarray.core.utils import FrozenDict
+
+                from refset.serve.parts import parts_variables
+
+                got = super().get_variables()  # type: ignore[no-untyped-call]  # xarray: unannotated
+                if self.refset_parts is None:
+                    return got
+                return FrozenDict({**got, **parts_variables(self, *self.refset_parts)})
 
             def open_store_variable(self, name: str) -> Any:
                 # docstring inherited: dims, attributes and encoding as xarray reads them from zarr

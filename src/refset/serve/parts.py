@@ -1,0 +1,133 @@
+"""Serving a variable made of parts (:mod:`refset.model.parts`) to xarray as one lazy array.
+
+Each part is opened as xarray opens any zarr array and CF-decoded with its own attributes (packing,
+fill values, time units), so its values are what ``xr.open_mfdataset`` gives for its files; the
+variable is their concatenation along the concat dim, in the dtype xarray's concat promotes the
+decoded dtypes to. A selection reads only the parts and chunks it touches (parts read concurrently);
+``chunks={}`` gives Dask chunks that follow every part's chunk grid. Imports xarray and zarr.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from xarray.backends import BackendArray
+
+from refset.model.parts import Parts, find_parts
+from refset.parallel import parallel_map
+
+__all__ = ["PartsArray", "parts_variables"]
+
+
+class PartsArray(BackendArray):
+    """The concatenation along ``axis`` of decoded variables ``parts`` (part ``k`` rows
+    ``bounds[k]:bounds[k + 1]``), read with outer indexing, cast to ``dtype``. Pickles as its parts."""
+
+    __slots__ = ("axis", "bounds", "dtype", "parts", "shape")
+
+    def __init__(self, parts: tuple[Any, ...], bounds: tuple[int, ...], axis: int, dtype: np.dtype[Any]) -> None:
+        self.parts, self.bounds, self.axis, self.dtype = parts, bounds, axis, dtype
+        shape = list(parts[0].shape)
+        shape[axis] = bounds[-1]
+        self.shape = tuple(shape)
+
+    def __getitem__(self, key: Any) -> Any:
+        from xarray.core import indexing
+
+        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER, self._outer)
+
+    def _outer(self, key: tuple[Any, ...]) -> np.ndarray:
+        ax = self.axis
+        k = key[ax]
+        n = self.shape[ax]
+        scalar = isinstance(k, int | np.integer)
+        rows = np.array([int(k) % n]) if scalar else np.arange(n)[k] if isinstance(k, slice) else (
+            np.asarray(k, np.int64) % n if n else np.asarray(k, np.int64))
+        bounds = np.asarray(self.bounds)
+        which = np.searchsorted(bounds, rows, side="right") - 1
+        jobs = []
+        for p in np.unique(which).tolist():
+            at = np.flatnonzero(which == p)
+            local = rows[at] - bounds[p]
+            sel = slice(int(local[0]), int(local[-1]) + 1) if (
+                len(local) and (np.diff(local) == 1).all()) else local
+            jobs.append((p, at, (*key[:ax], sel, *key[ax + 1:])))
+        got = parallel_map(lambda job: np.asarray(self.parts[job[0]][job[2]].values), jobs) if len(jobs) > 1 \
+            else [np.asarray(self.parts[j[0]][j[2]].values) for j in jobs]
+        shape = [len(rows) if a == ax else _size(key[a], self.shape[a])
+                 for a in range(len(self.shape)) if a == ax or not isinstance(key[a], int | np.integer)]
+        out_ax = sum(1 for a in range(ax) if not isinstance(key[a], int | np.integer))
+        out = np.empty(shape, self.dtype)
+        for (_, at, _), values in zip(jobs, got, strict=True):
+            idx: list[Any] = [slice(None)] * len(shape)
+            idx[out_ax] = at
+            out[tuple(idx)] = values
+        return out[(slice(None),) * out_ax + (0,)] if scalar else out
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PartsArray, (self.parts, self.bounds, self.axis, self.dtype))
+
+
+def _size(k: Any, n: int) -> int:
+    if isinstance(k, slice):
+        return len(range(*k.indices(n)))
+    return int(np.asarray(k).size)
+
+
+def parts_variables(xstore: Any, open_group: Any, decode: Mapping[str, Any]) -> dict[str, Any]:
+    """The variables made of parts directly in ``xstore``'s group, each one lazy Variable decoded part
+    by part with xarray's ``decode`` options; ``open_group(group)`` opens a datastore on a group."""
+    import xarray as xr
+    from xarray.conventions import decode_cf_variable
+    from xarray.core import indexing
+    from xarray.core.dtypes import result_type
+
+    store = xstore.zarr_group.store
+    refs = getattr(store, "refs", None)
+    if refs is None:
+        return {}
+    here = xstore.zarr_group.path.strip("/")
+    out: dict[str, Any] = {}
+    for path, layout in find_parts(refs).items():
+        group, _, name = path.rpartition("/")
+        if group != here or name in decode.get("drop_variables", ()):
+            continue
+        sub = open_group(path)
+        parts = tuple(decode_cf_variable(f"{name}/{p}", sub.open_store_variable(p), **{
+            k: v for k, v in decode.items() if k != "drop_variables"}) for p in layout.names)
+        first = parts[0]
+        dtype = result_type(*(p.dtype for p in parts))
+        encoding = {k: v for k, v in first.encoding.items() if k not in ("chunks", "preferred_chunks")}
+        encoding["preferred_chunks"] = _chunks(layout, parts)
+        encoding["refset_parts"] = layout.paths()
+        data = indexing.LazilyIndexedArray(PartsArray(parts, layout.bounds,
+                                                      layout.axis, dtype))
+        out[name] = xr.Variable(first.dims, data, first.attrs, encoding)
+    return out
+
+
+def _chunks(layout: Parts, parts: tuple[Any, ...]) -> dict[str, tuple[int, ...]]:
+    """Dask chunks along every dim that never straddle a stored chunk of any part: along the concat
+    dim each part's chunks in turn, along the others every part's chunk boundaries at once."""
+    ax = layout.axis
+    out: dict[str, tuple[int, ...]] = {}
+    per = [p.encoding.get("preferred_chunks", {}) for p in parts]
+    for a, dim in enumerate(layout.dims):
+        if a == ax:
+            sizes: list[int] = []
+            for pref, lo, hi in zip(per, layout.bounds[:-1], layout.bounds[1:], strict=True):
+                c = int(pref.get(dim, hi - lo)) or 1
+                sizes += [c] * ((hi - lo) // c) + ([(hi - lo) % c] if (hi - lo) % c else [])
+            out[dim] = tuple(sizes)
+            continue
+        n = layout.shape[a]
+        edges = {0, n}
+        for pref in per:
+            c = int(pref.get(dim, n)) or 1
+            edges.update(range(0, n, c))
+        e = sorted(edges)
+        out[dim] = tuple(int(b - a_) for a_, b in itertools.pairwise(e)) or (0,)
+    return out
