@@ -24,7 +24,7 @@ def info_dict(path: str, storage_options: dict[str, Any] | None = None) -> dict[
 
 _HEADER_KEYS = {"source", "format", "size_on_disk", "keys", "inline", "range", "whole_file", "references",
                 "unique_urls",
-                "referenced_bytes", "arrays"}
+                "referenced_bytes", "arrays", "parts"}
 # figures the packed format keeps per array, shown as columns (the rest with --json)
 _PACKED_COLUMNS = (("bytes", "packed bytes"), ("bytes_per_ref", "bytes/ref"), ("gfactor", "gfactor"))
 
@@ -59,6 +59,10 @@ def _print_info(d: dict[str, Any]) -> None:
             continue
         head.append((k.replace("_", " "), _number(v) if not isinstance(v, dict | list) else json.dumps(v)))
     head.append(("arrays", f"{len(d['arrays']):,}"))
+    for path, layout in (d.get("parts") or {}).items():
+        spans = ", ".join(f"{n} {a}:{b}" for n, a, b in layout["parts"])
+        head.append((f"parts of {path or '/'}", f"{len(layout['parts'])} along {layout['dim']!r} "
+                                                f"(shape {'x'.join(map(str, layout['shape']))}): {spans}"))
     width = max(len(k) for k, _ in head) + 2
     lines = [f"{k + ':':<{width}}{v}" for k, v in head]
     if d["arrays"]:

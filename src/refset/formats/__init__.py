@@ -126,4 +126,22 @@ def save(
     full = rs.loaded()
     check_bounds({p: full.table(p) for p in full.grids}, full.other)  # however the set was built
     spec.write(full, dest, storage_options=storage_options, **options)
+    warn_parts(full, dest)
+
+
+def warn_parts(rs: ReferenceSet, dest: Any) -> None:
+    """Say once, after writing ``rs`` to ``dest``, which of its variables only refset serves whole."""
+    from refset.model.parts import PartsWarning, find_parts
+
+    mixed = find_parts(rs)
+    if mixed:
+        import warnings
+
+        names = ", ".join(repr(p) for p in sorted(mixed))
+        first = next(iter(sorted(mixed.items())))[1].paths()[0]
+        warnings.warn(PartsWarning(
+            f"{dest}: variables {names} are made of parts (their inputs differ in chunks, codecs, dtype or "
+            f"packing): refset serves each whole; other readers (fsspec + zarr, kerchunk, xarray's zarr "
+            f"engine) see each part as an array of its own ({first!r}, ...) and not the variable (see "
+            "docs/formats.md, 'Variables made of parts')"), stacklevel=2)
 

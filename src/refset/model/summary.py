@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from refset.model.parts import find_parts
 from refset.model.table import INLINE, RANGE, WHOLE
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ def summary(rs: ReferenceSet) -> dict[str, Any]:
     - ``arrays``: one dict per array: ``path``, ``shape``, ``chunks``, ``grid`` (chunks along each
       axis), ``chunks_present``, ``chunks_total``, ``fraction_present`` (4 decimals) and ``dtype``
       (as the metadata spells it);
+    - ``parts`` (only when the set has some): per variable made of parts, its layout (concat dim, dims,
+      shape, and each part's name and rows, see :mod:`refset.model.parts`);
     - then what else the stored form tells (:meth:`ReferenceSet.format_info`, less its format,
       version and compression), e.g. the packed format's per-array figures.
 
@@ -61,6 +64,9 @@ def summary(rs: ReferenceSet) -> dict[str, Any]:
         "referenced_bytes": rs.referenced_bytes(),
         "arrays": arrays,
     }
+    mixed = find_parts(rs)
+    if mixed:  # only when there are some: the figures of a regular set are unchanged
+        out["parts"] = {p: layout.to_json() for p, layout in sorted(mixed.items())}
     out.update({k: v for k, v in info.items() if k not in ("format", "version", "compression")})
     return out
 

@@ -30,6 +30,7 @@ from refset.formats.icechunk.repo import (
     session,
 )
 from refset.model.decoding import attrs_difference, decoding_attrs
+from refset.model.parts import find_parts, why_split
 from refset.model.table import INLINE, RANGE, WHOLE
 from refset.model.transforms import with_zarr_format
 
@@ -347,6 +348,14 @@ def append(rs: ReferenceSet, dest: str, dim: str, *, storage_options: Mapping[st
     gains the new ones, its metadata equal to the repository's but for its length and attributes that
     do not change decoding; arrays without ``dim`` stay as they are. A difference is refused naming
     the array before anything is written; containers for new places are saved after the commit."""
+    mixed = find_parts(rs)
+    if mixed:  # the new rows are stored unlike the repository's
+        path, layout = sorted(mixed.items())[0]
+        why = why_split(rs.metadata, layout, len(layout.names) - 1)
+        raise Unsupported(f"{dest}: append: variable {path!r}: {why}: "
+                          "the new rows would be a part of their own (docs/formats.md, 'Variables made of parts'), "
+                          "which an Icechunk repository does not hold; append to a JSON, parquet or packed set, "
+                          "or write a new repository")
     plan = plan_of(rs)
     sizes = _whole_sizes(plan.rs, remote_options or {})
     repo, added = open_repository(dest, storage_options=storage_options, remote_options=remote_options,
