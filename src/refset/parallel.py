@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _POOL: ThreadPoolExecutor | None = None
+_PREFIX = "refset-pool"
 _LOCK = threading.Lock()
 
 
@@ -19,14 +20,16 @@ def pool() -> ThreadPoolExecutor:
     global _POOL
     with _LOCK:
         if _POOL is None:
-            _POOL = ThreadPoolExecutor(max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="refset")
+            _POOL = ThreadPoolExecutor(max(2, min(8, os.cpu_count() or 2)), thread_name_prefix=_PREFIX)
         return _POOL
 
 
 def parallel_map(fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
-    """``[fn(x) for x in items]``, on the pool when there is more than one item."""
+    """``[fn(x) for x in items]``, on the pool when there is more than one item. Called from one of
+    the pool's own threads (a map inside a map) it runs in that thread: a worker waiting for tasks
+    queued behind it would wait forever once every worker does."""
     items = list(items)
-    if len(items) < 2:
+    if len(items) < 2 or threading.current_thread().name.startswith(_PREFIX):
         return [fn(x) for x in items]
     return list(pool().map(fn, items))
 

@@ -56,8 +56,6 @@ def fast_ok(arr: Any, key: Any, store: Any) -> bool:
         return False
     if arr.dtype.kind in "OUSTV" or arr.path not in store.refs.grids or not isinstance(key, tuple):
         return False
-    if arr.metadata.fill_value is None:  # zarr decides what a missing chunk holds then
-        return False
     if len(key) != arr.ndim or not arr.ndim:
         return False
     for k in key:
@@ -70,6 +68,8 @@ def fast_ok(arr: Any, key: Any, store: Any) -> bool:
 
 
 def fast_read(arr: Any, key: tuple[Any, ...], store: Any) -> Any:
+    """The values of ``key`` (see :func:`fast_ok`), or None when a chunk it needs is missing and the
+    array has no fill value (zarr's reads decide then)."""
     from numcodecs.compat import ensure_ndarray_like
 
     meta = arr.metadata
@@ -98,6 +98,8 @@ def fast_read(arr: Any, key: tuple[Any, ...], store: Any) -> Any:
         flat = np.ravel_multi_index(tuple(ids), grid)
         data = sync(store.read_chunks(arr.path, flat))
         fill = arr.fill_value
+        if meta.fill_value is None and any(d is None for d in data):
+            return None  # zarr decides what a missing chunk of an array without fill value holds
         compressor, filters, order = meta.compressor, meta.filters or (), meta.order
 
         def place(j: int) -> None:

@@ -217,7 +217,9 @@ class RefsetArray(BackendArray):
         arr = self._array
         store = arr.store_path.store
         if fast_ok(arr, key, store):
-            return fast_read(arr, key, store)
+            got = fast_read(arr, key, store)
+            if got is not None:
+                return got
         flat = None
         try:
             flat = selected_chunks(key, tuple(arr.shape), tuple(arr.chunks))
