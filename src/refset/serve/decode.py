@@ -32,15 +32,16 @@ def _chunk_ids(k: Any, size: int, chunk: int) -> Any:
     return np.unique((a.astype(np.int64) % size) // chunk)
 
 
-def selected_chunks(key: Any, shape: tuple[int, ...], chunks: tuple[int, ...]) -> Any:
-    """Flat indices of the chunks an orthogonal selection ``key`` touches, or None."""
+def selected_chunks(key: Any, shape: tuple[int, ...], chunks: tuple[int, ...], least: int = 2) -> Any:
+    """Flat indices of the chunks an orthogonal selection ``key`` touches, or None (also when they
+    are fewer than ``least``)."""
     if not isinstance(key, tuple) or len(key) != len(shape) or not shape:
         return None
     ids = [_chunk_ids(k, n, c) for k, n, c in zip(key, shape, chunks, strict=True)]
     total = 1
     for i in ids:
         total *= len(i)
-    if total < 2 or total > 4_000_000:
+    if total < least or total > 4_000_000:
         return None
     grid = tuple(-(-n // c) for n, c in zip(shape, chunks, strict=True))
     mesh = np.meshgrid(*ids, indexing="ij")

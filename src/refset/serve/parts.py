@@ -26,10 +26,14 @@ class PartsArray(BackendArray):
     """The concatenation along ``axis`` of decoded variables ``parts`` (part ``k`` rows
     ``bounds[k]:bounds[k + 1]``), read with outer indexing, cast to ``dtype``. Pickles as its parts."""
 
-    __slots__ = ("axis", "bounds", "dtype", "parts", "shape")
+    __slots__ = ("axis", "bounds", "dtype", "parts", "paths", "shape", "store")
 
-    def __init__(self, parts: tuple[Any, ...], bounds: tuple[int, ...], axis: int, dtype: np.dtype[Any]) -> None:
+    def __init__(self, parts: tuple[Any, ...], bounds: tuple[int, ...], axis: int, dtype: np.dtype[Any],
+                 store: Any = None, paths: tuple[str, ...] = ()) -> None:
+        # store, paths: the refset ZarrStore and the parts' array paths, to fetch every part's chunks
+        # of a selection in one plan
         self.parts, self.bounds, self.axis, self.dtype = parts, bounds, axis, dtype
+        self.store, self.paths = store, paths
         shape = list(parts[0].shape)
         shape[axis] = bounds[-1]
         self.shape = tuple(shape)
@@ -55,8 +59,12 @@ class PartsArray(BackendArray):
             sel = slice(int(local[0]), int(local[-1]) + 1) if (
                 len(local) and (np.diff(local) == 1).all()) else local
             jobs.append((p, at, (*key[:ax], sel, *key[ax + 1:])))
-        got = parallel_map(lambda job: np.asarray(self.parts[job[0]][job[2]].values), jobs) if len(jobs) > 1 \
-            else [np.asarray(self.parts[j[0]][j[2]].values) for j in jobs]
+        keys = self._prefetch(jobs) if len(jobs) > 1 else []
+        try:
+            got = parallel_map(lambda job: np.asarray(self.parts[job[0]][job[2]].values), jobs)
+        finally:
+            if keys:
+                self.store.release(keys)
         shape = [len(rows) if a == ax else _size(key[a], self.shape[a])
                  for a in range(len(self.shape)) if a == ax or not isinstance(key[a], int | np.integer)]
         out_ax = sum(1 for a in range(ax) if not isinstance(key[a], int | np.integer))
@@ -67,8 +75,26 @@ class PartsArray(BackendArray):
             out[tuple(idx)] = values
         return out[(slice(None),) * out_ax + (0,)] if scalar else out
 
+    def _prefetch(self, jobs: list[tuple[int, np.ndarray, tuple[Any, ...]]]) -> list[str]:
+        """Fetch the chunks every part of ``jobs`` needs in one coalesced plan (the parts then decode
+        from memory); the keys kept."""
+        if self.store is None or not hasattr(self.store, "prefetch_many"):
+            return []
+        from zarr.core.sync import sync
+
+        from refset.serve.decode import selected_chunks
+
+        grids = self.store.refs.grids
+        items = []
+        for p, _, key in jobs:
+            g = grids.get(self.paths[p])
+            flat = None if g is None else selected_chunks(key, tuple(g.shape), tuple(g.chunks), least=1)
+            if flat is not None:
+                items.append((self.paths[p], flat))
+        return list(sync(self.store.prefetch_many(items))) if len(items) > 1 else []
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PartsArray, (self.parts, self.bounds, self.axis, self.dtype))
+        return (PartsArray, (self.parts, self.bounds, self.axis, self.dtype, self.store, self.paths))
 
 
 def _size(k: Any, n: int) -> int:
@@ -103,8 +129,8 @@ def parts_variables(xstore: Any, open_group: Any, decode: Mapping[str, Any]) -> 
         encoding = {k: v for k, v in first.encoding.items() if k not in ("chunks", "preferred_chunks")}
         encoding["preferred_chunks"] = _chunks(layout, parts)
         encoding["refset_parts"] = layout.paths()
-        data = indexing.LazilyIndexedArray(PartsArray(parts, layout.bounds,
-                                                      layout.axis, dtype))
+        data = indexing.LazilyIndexedArray(PartsArray(parts, layout.bounds, layout.axis, dtype, store,
+                                                      tuple(layout.paths())))
         out[name] = xr.Variable(first.dims, data, first.attrs, encoding)
     return out
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -218,10 +218,58 @@ class ZarrStore(Store):
             pf[k] = d
         return keys
 
+    async def prefetch_many(self, items: Sequence[tuple[str, np.ndarray]], *,
+                            budget: int = PREFETCH_BUDGET) -> list[str]:
+        """:meth:`prefetch` of chunks of several arrays (``(path, flat)`` each) in one coalesced plan,
+        ``budget`` bytes at most in all (the parts of a variable made of parts, read together)."""
+        items = [(p, f) for p, f in items if p in self.refs.grids and len(f)]
+        found = await asyncio.gather(*(self.engine.chunk_ranges(p, f) for p, f in items))
+        if sum(int((e - s).sum()) for _, _, _, s, e in found) > budget:
+            return []
+        uid: dict[str, int] = {}
+        keys: list[str] = []
+        pids, starts, ends = [], [], []
+        for (path, _), (flat, urls, pid, start, end) in zip(items, found, strict=True):
+            if not len(flat):
+                continue
+            remap = np.array([uid.setdefault(u, len(uid)) for u in urls] or [0], np.int64)
+            pids.append(remap[pid])
+            starts.append(start)
+            ends.append(end)
+            keys += chunk_keys(path, self.refs.grids[path], flat).tolist()
+        if len(keys) < 2:
+            return []
+        got = await self.engine.reader.read(list(uid), np.concatenate(pids), np.concatenate(starts),
+                                            np.concatenate(ends))
+        pf = self._prefetched
+        for k, d in zip(keys, got, strict=True):
+            pf[k] = d
+        return keys
+
     async def read_chunks(self, path: str, flat: np.ndarray) -> list[bytes | None]:
         """Stored bytes of chunks ``flat`` of array ``path`` (None where absent), ranges fetched in
-        one coalesced plan. Raises ReferenceNotReachable naming the first chunk that failed."""
-        return await self.engine.read_chunks(path, flat)
+        one coalesced plan (those prefetched taken from there). Raises ReferenceNotReachable naming
+        the first chunk that failed."""
+        pf = self._prefetched
+        if not pf or path not in self.refs.grids:
+            return await self.engine.read_chunks(path, flat)
+        flat = np.asarray(flat, np.int64)
+        keys = chunk_keys(path, self.refs.grids[path], flat).tolist()
+        out: list[bytes | None] = [None] * len(keys)
+        miss = []
+        for i, k in enumerate(keys):
+            hit = pf.pop(k, None)
+            if hit is None:
+                miss.append(i)
+            elif isinstance(hit, BaseException):
+                ref = await self.engine.ref(k)
+                raise ReferenceNotReachable.wrap(k, ref[0] if isinstance(ref, tuple) else "?", hit) from hit
+            else:
+                out[i] = hit
+        if miss:
+            for i, d in zip(miss, await self.engine.read_chunks(path, flat[miss]), strict=True):
+                out[i] = d
+        return out
 
     def release(self, keys: Iterable[str]) -> None:
         """Drop prefetched chunks that no ``get`` took."""
