@@ -17,8 +17,11 @@ NY, NX = 3, 4
 
 def write(path: Path, day0: int, n: int, *, dtype: str = "f4", chunk: int | None = None, zlib: bool = True,
           shuffle: bool = False, contiguous: bool = False, pack: tuple[float, float] | None = None,
-          fill: Any = None, units: str = "days since 2000-01-01", seed: int = 0) -> Path:
-    """One file of ``n`` days from ``day0``: ``time`` and ``tas(time, y, x)`` stored as asked."""
+          fill: Any = None, units: str = "days since 2000-01-01", seed: int = 0, tas: bool = True,
+          label: int | None = None, duration: str | None = None) -> Path:
+    """One file of ``n`` days from ``day0``: ``time`` and ``tas(time, y, x)`` stored as asked (none
+    when not ``tas``); ``label``: a char variable ``label(time, strlen)`` in chunks of ``label`` steps;
+    ``duration``: a variable ``dur(time)`` in these units (hours, days)."""
     rng = np.random.default_rng(seed + day0)
     with netCDF4.Dataset(path, "w") as ds:
         ds.createDimension("time", None if not contiguous else n)
@@ -28,6 +31,16 @@ def write(path: Path, day0: int, n: int, *, dtype: str = "f4", chunk: int | None
         t.units = units
         scale = 24 if units.startswith("hours") else 1
         t[:] = (day0 + np.arange(n)) * scale
+        if label is not None:
+            ds.createDimension("strlen", 6)
+            lab = ds.createVariable("label", "S1", ("time", "strlen"), chunksizes=(label, 6))
+            lab[:] = netCDF4.stringtochar(np.array([f"d{day0 + k:03d}" for k in range(n)], "S6"))
+        if duration is not None:
+            d = ds.createVariable("dur", "f8", ("time",), chunksizes=(n,))
+            d.units = duration
+            d[:] = day0 + np.arange(n)
+        if not tas:
+            return path
         kw: dict[str, Any] = {}
         if contiguous:
             kw["contiguous"] = True

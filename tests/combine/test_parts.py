@@ -234,6 +234,32 @@ def test_what_cannot_be_concatenated_is_refused_naming_both_inputs(tmp_path: Pat
         refset.combine([odd, half], concat_dims="time")
 
 
+def test_text_durations_and_missing_rows_read_as_open_mfdataset(tmp_path: Path) -> None:
+    """A char variable in other chunks keeps its width; durations in other units decode each with
+    its own (``decode_timedelta``); rows of inputs without the variable are missing values (NaN),
+    as xarray fills them, also after a padded chunk and at both ends."""
+    files = [write(tmp_path / "a.nc", 0, 4, chunk=2, label=2, duration="hours", tas=False),
+             write(tmp_path / "b.nc", 4, 3, chunk=3, label=3, duration="days"),
+             write(tmp_path / "c.nc", 7, 3, chunk=2, label=1, duration="days"),
+             write(tmp_path / "d.nc", 10, 4, chunk=4, label=4, duration="hours", tas=False),
+             write(tmp_path / "e.nc", 14, 2, chunk=2, label=2, duration="hours")]
+    rs = refset.combine(files[::-1], concat_dims="time")
+    got, want = _open(rs, decode_timedelta=True), _mf(files, decode_timedelta=True)
+    for name in ("label", "dur", "tas"):
+        assert got[name].dtype == want[name].dtype, name
+        np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
+    assert np.isnan(got.tas.values[:4]).all() and np.isnan(got.tas.values[10:14]).all()
+    lazy = _open(rs, chunks={}, decode_timedelta=True)
+    np.testing.assert_array_equal(lazy.label.values, want.label.values)
+
+
+def test_parts_combine_along_their_own_dim_only(archives) -> None:
+    tile = refset.combine(archives["padded"], concat_dims="time")
+    with pytest.raises(Unsupported, match=r"variable 'tas': made of parts along 'time' in input .*: it combines "
+                                          "along 'time' only, not 'x'"):
+        refset.combine([tile, tile], concat_dims="x", coo_map={"x": [0, 1]})
+
+
 def test_info_shows_the_parts(archives, tmp_path: Path) -> None:
     out = tmp_path / "set.json"
     with warnings.catch_warnings():
@@ -255,7 +281,7 @@ def test_a_damaged_layout_is_refused_naming_the_variable(archives) -> None:
     outcomes = {"same": 0, "refused": 0}
     for _ in range(300):
         layout = json.loads(json.dumps(doc[PARTS_ATTR]))
-        what = rng.randrange(7)
+        what = rng.randrange(9)
         if what == 0:
             layout["parts"][rng.randrange(4)][rng.randrange(1, 3)] += rng.choice([-3, -1, 1, 2])
         elif what == 1:
@@ -269,10 +295,14 @@ def test_a_damaged_layout_is_refused_naming_the_variable(archives) -> None:
             layout[rng.choice(["dim", "dims", "shape", "parts"])] = rng.choice([None, 7, "x", [], {}, [[1]]])
         elif what == 5:
             layout["parts"][rng.randrange(4)][0] = rng.choice(["", "../time", "part9", ".zarray", 3, "part1"])
-        else:
+        elif what == 6:
             layout["dims"] = layout["dims"][::-1]
         items = dict(rs.to_dict())
         items["tas/.zattrs"] = json.dumps({**doc, PARTS_ATTR: layout})
+        if what == 7:
+            items["tas/.zattrs"] = rng.choice(['{"refset_parts": ', '["refset_parts"]', '{"refset_parts": null}'])
+        elif what == 8:
+            del items[rng.choice(["tas/.zgroup", "tas/part1/.zattrs", "tas/part2/.zarray"])]
         damaged = refset.load(items)
         try:
             ds = _open(damaged)

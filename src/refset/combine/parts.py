@@ -127,6 +127,9 @@ def _pieces(comb: Combiner, path: str, dim: str, c: Coordinate, mixed: list[dict
             own.append((path, 0, int(m.shape[names.index(dim)])))
         elif path in mixed[i]:
             lay = mixed[i][path]
+            if lay.dim != dim:
+                raise Unsupported(f"variable {path!r}: made of parts along {lay.dim!r} in input "
+                                  f"{comb.names[i]!r}: it combines along {lay.dim!r} only, not {dim!r}")
             own.extend((s, a, b - a) for s, a, b in zip(lay.paths(), lay.bounds[:-1], lay.bounds[1:], strict=True))
         if not own:
             continue
@@ -158,31 +161,26 @@ def _runs(comb: Combiner, path: str, pieces: list[Piece], dims: list[str], axis:
         m = inp.metadata[q.owner][q.src]
         chunk = int(m.chunks[axis])
         key = _decoding_key(comb, path, q, m, dims, axis, pieces[0])
-        if run and key == key0 and chunk == ch and not partial and (q.start - start) % ch == 0:
+        if run and key == key0 and chunk == ch and not partial and q.start == end:
             run.append(q)
         else:
             if run:
-                stop = end if partial else q.start
-                out.append((run, start, stop))
-                if stop < q.start:  # rows nobody holds after a padded chunk: a part of fill values
-                    out.append(([], stop, q.start))
-            begin = q.start if run or q.start % chunk else 0
-            if not run and begin:
-                out.append(([], 0, begin))
-            run, start, ch, key0 = [q], begin, chunk, key
+                out.append((run, start, end))
+            if q.start > end:  # rows no input holds: missing values, as xarray fills them
+                out.append(([], end, q.start))
+            run, start, ch, key0 = [q], q.start, chunk, key
         end = q.start + q.n
         partial = q.n % ch != 0
-    stop = end if partial else total
-    out.append((run, start, stop))
-    if stop < total:
-        out.append(([], stop, total))
-    # an empty part takes the metadata of its neighbour
+    out.append((run, start, end))
+    if end < total:
+        out.append(([], end, total))
+    # a part of missing values takes its neighbour's dims and chunks (and time units)
     return [(r or _neighbour(out, k), s, e) for k, (r, s, e) in enumerate(out)]
 
 
 def _neighbour(out: list[tuple[list[Piece], int, int]], k: int) -> list[Piece]:
     near = [r for r, _, _ in out[k + 1:] + out[:k][::-1] if r]
-    return [Piece(near[0][0].owner, near[0][0].src, 0, 0, -1)]  # its metadata only: no rows
+    return [Piece(near[0][0].owner, near[0][0].src, 0, 0, -1)]  # its metadata only: no rows (start -1)
 
 
 def _decoding_key(comb: Combiner, path: str, q: Piece, m: ArrayMetadata, dims: list[str], axis: int,
@@ -227,6 +225,18 @@ def _part_array(comb: Combiner, path: str, run: list[Piece], start: int, stop: i
             attrs = {**attrs, "units": units, "calendar": cal}
     shape = list(m0.shape)
     shape[axis] = stop - start
+    if q0.start < 0:  # rows no input holds: NaN (NaT for times) where xr.open_mfdataset fills them so
+        chunks = list(m0.chunks)
+        chunks[axis] = stop - start
+        # float32: with the other parts' dtypes it promotes as xarray's fill promotes them (float32
+        # stays, int16 becomes float32, int32 and float64 float64)
+        missing = ArrayMetadata.from_v2({
+            "chunks": chunks, "compressor": None, "dtype": "<f4", "fill_value": "NaN", "filters": None,
+            "order": "C", "shape": shape, "zarr_format": 2}, {**_shown_attrs(attrs, times=False),
+                                                               "_ARRAY_DIMENSIONS": dims})
+        meta = missing.to_v3() if m0.zarr_format == 3 else missing
+        none = np.zeros(0, np.int64)
+        return Array(meta, ChunkTable.from_entries(meta.grid, none, np.zeros(0, np.uint8), none, none, none))
     meta = m0.replace(shape=shape, attributes=attrs, dimension_names=dims)
     grid = meta.grid
     ch = int(meta.chunks[axis])
@@ -259,8 +269,9 @@ def _part_array(comb: Combiner, path: str, run: list[Piece], start: int, stop: i
                                                inline=concat_inline(stores, flats)))
 
 
-def _shown_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """The variable's attributes as a group shows them: without those its parts decode with."""
-    time = is_time_units(attrs.get("units"))
+def _shown_attrs(attrs: Mapping[str, Any], times: bool = True) -> dict[str, Any]:
+    """The variable's attributes as a group shows them: without those its parts decode with (but
+    the ``units``/``calendar`` of times when ``times`` is False: a part of missing times keeps them)."""
+    time = times and is_time_units(attrs.get("units"))
     return {k: v for k, v in attrs.items()
-            if k not in CF_DECODING and not (time and k in ("units", "calendar"))}
+            if k not in CF_DECODING and k != "_ARRAY_DIMENSIONS" and not (time and k in ("units", "calendar"))}

@@ -4,7 +4,8 @@ A combined variable has one ``.zarray`` and one ``.zattrs``: every input's chunk
 So inputs may differ where decoding does not look (a zlib level, a ``history`` attribute, ``gregorian``
 for ``standard``) and must agree where it does: the codecs' decoding parameters, and the CF attributes
 xarray decodes with (packing, fill and missing values, valid ranges, ``_Unsigned``, ``_Encoding``, and
-the ``units``/``calendar`` of times, also those a bounds variable inherits from its parent). A difference
+the ``units``/``calendar`` of times, also those a bounds variable inherits from its parent; units of
+durations; xarray's ``dtype`` attribute). A difference
 there is refused naming the variable, the field and both inputs, never decoded with the first input's.
 """
 
@@ -36,6 +37,12 @@ _ENCODE_ONLY: Mapping[str, frozenset[str]] = {
     "blosc": frozenset({"cname", "clevel", "shuffle", "blocksize", "typesize", "nthreads"}),
     "lzma": frozenset({"preset"}),
 }
+
+#: Units xarray decodes as durations (``decode_timedelta``).
+_DURATIONS = frozenset({"days", "day", "d", "hours", "hour", "hr", "h", "minutes", "minute", "min",
+                        "seconds", "second", "sec", "s", "milliseconds", "millisecond", "msec", "ms",
+                        "microseconds", "microsecond", "usec", "us", "nanoseconds", "nanosecond", "nsec",
+                        "ns"})
 
 _CALENDARS = {"gregorian": "standard", "365_day": "noleap", "366_day": "all_leap"}
 #: The calendars that agree on every date from 1582-10-15 on.
@@ -86,6 +93,10 @@ def decoding_attrs(attrs: Mapping[str, Any], parent: Mapping[str, Any] | None = 
     if is_time_units(units):
         out["units"] = " ".join(str(units).split())
         out["calendar"] = cal
+    elif isinstance(units, str) and units.strip().lower() in _DURATIONS:
+        out["units"] = units.strip().lower()  # xarray decodes durations (decode_timedelta) with them
+    if "dtype" in attrs:  # xarray's own encoding of bool and timedelta64 variables
+        out["dtype"] = attrs["dtype"]
     return out
 
 

@@ -72,6 +72,10 @@ class Parts:
             m = metadata.get(p)
             if m is None:
                 raise InvalidReferences(f"variable {self.path!r}: its part {p!r} is not an array of the set")
+            dims = list(m.dimension_names or ())
+            if dims != list(self.dims):
+                raise InvalidReferences(f"variable {self.path!r}: part {p!r} has dims {dims}, the layout says "
+                                        f"{list(self.dims)}")
             want = [*self.shape[:axis], b - a, *self.shape[axis + 1:]]
             if list(m.shape) != want:
                 raise InvalidReferences(f"variable {self.path!r}: part {p!r} has shape {list(m.shape)}, its "
@@ -102,8 +106,7 @@ def parse_parts(path: str, value: Any) -> Parts:
 
 def attrs_parts(path: str, attrs: Mapping[str, Any]) -> Parts | None:
     """The layout in a group's attributes, if they hold one."""
-    value = attrs.get(PARTS_ATTR)
-    return None if value is None else parse_parts(path, value)
+    return parse_parts(path, attrs[PARTS_ATTR]) if PARTS_ATTR in attrs else None
 
 
 def group_attrs(raw: Any, key: str) -> Mapping[str, Any] | None:
@@ -111,14 +114,15 @@ def group_attrs(raw: Any, key: str) -> Mapping[str, Any] | None:
     it may hold a parts layout, else None (most groups: told without parsing)."""
     if not isinstance(raw, bytes) or PARTS_ATTR.encode() not in raw:
         return None
+    var = key.rpartition("/")[0]
     try:
         doc = json.loads(raw)
     except ValueError as e:
-        raise InvalidReferences(f"{key}: not JSON ({e})") from e
-    if not isinstance(doc, dict):
-        return None
-    attrs = doc.get("attributes", {}) if key.endswith("zarr.json") else doc
-    return attrs if isinstance(attrs, dict) else None
+        raise InvalidReferences(f"variable {var!r}: {key}, naming {PARTS_ATTR!r}, is not JSON ({e})") from e
+    attrs = doc.get("attributes", {}) if isinstance(doc, dict) and key.endswith("zarr.json") else doc
+    if not isinstance(attrs, dict):
+        raise InvalidReferences(f"variable {var!r}: {key}, naming {PARTS_ATTR!r}, is not a JSON object")
+    return attrs
 
 
 def find_parts(rs: ReferenceSet) -> dict[str, Parts]:
@@ -132,6 +136,9 @@ def find_parts(rs: ReferenceSet) -> dict[str, Parts]:
         attrs = group_attrs(other.data[row], key)
         got = attrs_parts(head, attrs) if attrs is not None else None
         if got is not None:
+            group = (f"{head}/.zgroup" if head else ".zgroup") if name == ".zattrs" else None
+            if group is not None and other.find(group) < 0:
+                raise InvalidReferences(f"variable {head!r}: a layout of parts without its group ({group!r})")
             got.check(rs.metadata)
             out[head] = got
     return out

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from xarray.backends import BackendArray
 
+from refset.errors import InvalidReferences
 from refset.model.parts import Parts, find_parts
 from refset.parallel import parallel_map
 
@@ -103,9 +104,14 @@ def _size(k: Any, n: int) -> int:
     return int(np.asarray(k).size)
 
 
-def parts_variables(xstore: Any, open_group: Any, decode: Mapping[str, Any]) -> dict[str, Any]:
+def parts_variables(xstore: Any, open_group: Any, decode: Mapping[str, Any],
+                    others: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The variables made of parts directly in ``xstore``'s group, each one lazy Variable decoded part
-    by part with xarray's ``decode`` options; ``open_group(group)`` opens a datastore on a group."""
+    by part with xarray's ``decode`` options; ``open_group(group)`` opens a datastore on a group.
+    ``others``: the group's other variables, whose dims' sizes the parts' layouts must agree with."""
+    sizes: dict[str, int] = {}
+    for v in (others or {}).values():
+        sizes.update(zip(v.dims, v.shape, strict=True))
     import xarray as xr
     from xarray.conventions import decode_cf_variable
     from xarray.core import indexing
@@ -121,11 +127,19 @@ def parts_variables(xstore: Any, open_group: Any, decode: Mapping[str, Any]) -> 
         group, _, name = path.rpartition("/")
         if group != here or name in decode.get("drop_variables", ()):
             continue
-        sub = open_group(path)
+        for d, n in zip(layout.dims, layout.shape, strict=True):
+            if sizes.setdefault(d, n) != n:
+                raise InvalidReferences(f"variable {path!r}: made of parts {n} long along {d!r}, where the "
+                                        f"dataset's {d!r} is {sizes[d]} long")
+        try:
+            sub = open_group(path)
+        except Exception as e:  # zarr's GroupNotFoundError and the like: the set is damaged
+            raise InvalidReferences(f"variable {path!r}: made of parts, but its group does not open "
+                                    f"({type(e).__name__}: {e})") from e
         parts = tuple(decode_cf_variable(f"{name}/{p}", sub.open_store_variable(p), **{
             k: v for k, v in decode.items() if k != "drop_variables"}) for p in layout.names)
         first = parts[0]
-        dtype = result_type(*(p.dtype for p in parts))
+        dtype = _promoted(result_type, [p.dtype for p in parts])
         encoding = {k: v for k, v in first.encoding.items() if k not in ("chunks", "preferred_chunks")}
         encoding["preferred_chunks"] = _chunks(layout, parts)
         encoding["refset_parts"] = layout.paths()
@@ -133,6 +147,15 @@ def parts_variables(xstore: Any, open_group: Any, decode: Mapping[str, Any]) -> 
                                                       tuple(layout.paths())))
         out[name] = xr.Variable(first.dims, data, first.attrs, encoding)
     return out
+
+
+def _promoted(result_type: Any, dtypes: list[np.dtype[Any]]) -> np.dtype[Any]:
+    """The dtype xarray's concat gives the parts; for strings numpy's (xarray's ``result_type`` says
+    ``S`` of no width for two ``S6``: the widest part's)."""
+    got: np.dtype[Any] = result_type(*dtypes)
+    if got.kind in "SUV" and got.itemsize == 0:
+        got = np.result_type(*dtypes)
+    return got
 
 
 def _chunks(layout: Parts, parts: tuple[Any, ...]) -> dict[str, tuple[int, ...]]:

@@ -69,6 +69,7 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
     ) -> Any:
         from xarray.backends.zarr import ZarrBackendEntrypoint
 
+        from refset.model.parts import find_parts
         from refset.serve.zarr import ZarrStore
 
         store = filename_or_obj if isinstance(filename_or_obj, ZarrStore) else ZarrStore(
@@ -76,6 +77,7 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
             remote_options=remote_options, fs=fs, template_overrides=template_overrides,
             max_gap=max_gap, max_block=max_block, limits=limits,
         )
+        find_parts(store.refs)  # a damaged layout of parts named before zarr parses its group
         if zarr_format is None:
             zarr_format = _zarr_format(store)
         def open_group(path: str | None) -> Any:
@@ -147,7 +149,8 @@ def _datastore() -> type[XarrayZarrStore]:
                 got = super().get_variables()  # type: ignore[no-untyped-call]  # xarray: unannotated
                 if self.refset_parts is None:
                     return got
-                return FrozenDict({**got, **parts_variables(self, *self.refset_parts)})
+                opener, decode = self.refset_parts
+                return FrozenDict({**got, **parts_variables(self, opener, decode, others=got)})
 
             def open_store_variable(self, name: str) -> Any:
                 # docstring inherited: dims, attributes and encoding as xarray reads them from zarr
