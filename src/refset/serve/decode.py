@@ -97,7 +97,9 @@ def fast_read(arr: Any, key: tuple[Any, ...], store: Any) -> Any:
         grid = tuple(-(-n // c) for n, c in zip(shape, chunks, strict=True))
         ids = np.indices(counts).reshape(len(counts), -1) + np.array(lo)[:, None]
         flat = np.ravel_multi_index(tuple(ids), grid)
-        data = sync(store.read_chunks(arr.path, flat))
+        data = store.take_prefetched(arr.path, flat) if hasattr(store, "take_prefetched") else None
+        if data is None:
+            data = sync(store.read_chunks(arr.path, flat))
         fill = arr.fill_value
         if meta.fill_value is None and any(d is None for d in data):
             return None  # zarr decides what a missing chunk of an array without fill value holds

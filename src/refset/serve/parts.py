@@ -10,6 +10,7 @@ decoded dtypes to. A selection reads only the parts and chunks it touches (parts
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,22 +23,43 @@ from refset.parallel import parallel_map
 
 __all__ = ["PartsArray", "parts_variables"]
 
+_SHAPE = re.compile(rb'"shape":\s*\[[^\]]*\]')
+
 
 class PartsArray(BackendArray):
-    """The concatenation along ``axis`` of decoded variables ``parts`` (part ``k`` rows
-    ``bounds[k]:bounds[k + 1]``), read with outer indexing, cast to ``dtype``. Pickles as its parts."""
+    """The concatenation along ``axis`` of the parts ``paths`` (part ``k`` rows ``bounds[k]:bounds[k +
+    1]``, shape ``shapes[k]``), read with outer indexing, cast to ``dtype``. Parts stored alike share
+    one opened array, ``reps[which[k]]`` (its xarray Variable and zarr array): the others are made
+    from it on first read, with no I/O, and CF-decoded with ``decode``. Pickles as those few."""
 
-    __slots__ = ("axis", "bounds", "dtype", "parts", "paths", "shape", "store")
+    __slots__ = ("_made", "axis", "bounds", "decode", "dtype", "name", "paths", "reps", "shape", "shapes",
+                 "store", "which")
 
-    def __init__(self, parts: tuple[Any, ...], bounds: tuple[int, ...], axis: int, dtype: np.dtype[Any],
-                 store: Any = None, paths: tuple[str, ...] = ()) -> None:
-        # store, paths: the refset ZarrStore and the parts' array paths, to fetch every part's chunks
-        # of a selection in one plan
-        self.parts, self.bounds, self.axis, self.dtype = parts, bounds, axis, dtype
-        self.store, self.paths = store, paths
-        shape = list(parts[0].shape)
-        shape[axis] = bounds[-1]
-        self.shape = tuple(shape)
+    def __init__(self, name: str, reps: tuple[tuple[Any, Any], ...], which: tuple[int, ...],
+                 paths: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], bounds: tuple[int, ...], axis: int,
+                 dtype: np.dtype[Any], store: Any, decode: Mapping[str, Any], shape: tuple[int, ...]) -> None:
+        # shapes: the parts' stored shapes; shape, axis: the whole's as decoded (characters joined)
+        self.name, self.reps, self.which, self.paths, self.shapes = name, reps, which, paths, shapes
+        self.bounds, self.axis, self.dtype, self.store, self.decode = bounds, axis, dtype, store, dict(decode)
+        self.shape = shape
+        self._made: dict[int, Any] = {}
+
+    def part(self, k: int) -> Any:
+        """Part ``k`` as a decoded lazy Variable."""
+        got = self._made.get(k)
+        if got is None:
+            import xarray as xr
+            from xarray.conventions import decode_cf_variable
+            from xarray.core import indexing
+
+            from refset.serve.xarray import RefsetArray
+
+            raw, za = self.reps[self.which[k]]
+            if za.path != self.paths[k]:
+                raw = xr.Variable(raw.dims, indexing.LazilyIndexedArray(RefsetArray(
+                    _clone(za, self.paths[k], self.shapes[k]))), raw.attrs, raw.encoding)
+            got = self._made[k] = decode_cf_variable(self.name, raw, **self.decode)
+        return got
 
     def __getitem__(self, key: Any) -> Any:
         from xarray.core import indexing
@@ -53,30 +75,38 @@ class PartsArray(BackendArray):
             np.asarray(k, np.int64) % n if n else np.asarray(k, np.int64))
         bounds = np.asarray(self.bounds)
         which = np.searchsorted(bounds, rows, side="right") - 1
+        order = np.argsort(which, kind="stable")
+        cuts = np.flatnonzero(np.diff(which[order])) + 1
         jobs = []
-        for p in np.unique(which).tolist():
-            at = np.flatnonzero(which == p)
+        for at in np.split(order, cuts) if len(order) else []:
+            p = int(which[at[0]])
             local = rows[at] - bounds[p]
             sel = slice(int(local[0]), int(local[-1]) + 1) if (
                 len(local) and (np.diff(local) == 1).all()) else local
-            jobs.append((p, at, (*key[:ax], sel, *key[ax + 1:])))
-        keys = self._prefetch(jobs) if len(jobs) > 1 else []
-        try:
-            got = parallel_map(lambda job: np.asarray(self.parts[job[0]][job[2]].values), jobs)
-        finally:
-            if keys:
-                self.store.release(keys)
+            put = slice(int(at[0]), int(at[-1]) + 1) if (np.diff(at) == 1).all() else at
+            jobs.append((p, put, (*key[:ax], sel, *key[ax + 1:])))
         shape = [len(rows) if a == ax else _size(key[a], self.shape[a])
                  for a in range(len(self.shape)) if a == ax or not isinstance(key[a], int | np.integer)]
         out_ax = sum(1 for a in range(ax) if not isinstance(key[a], int | np.integer))
         out = np.empty(shape, self.dtype)
-        for (_, at, _), values in zip(jobs, got, strict=True):
-            idx: list[Any] = [slice(None)] * len(shape)
-            idx[out_ax] = at
-            out[tuple(idx)] = values
-        return out[(slice(None),) * out_ax + (0,)] if scalar else out
+        head: tuple[Any, ...] = (slice(None),) * out_ax
 
-    def _prefetch(self, jobs: list[tuple[int, np.ndarray, tuple[Any, ...]]]) -> list[str]:
+        def read(job: tuple[int, Any, tuple[Any, ...]]) -> None:
+            p, put, sel = job
+            out[(*head, put)] = np.asarray(self.part(p)[sel].values)  # each job its own rows of out
+
+        keys = self._prefetch(jobs) if len(jobs) > 1 else []
+        try:
+            parallel_map(read, jobs)
+        finally:
+            if keys:
+                self.store.release(keys)
+        if scalar:
+            got: np.ndarray = out[(*head, 0)]
+            return got
+        return out
+
+    def _prefetch(self, jobs: list[tuple[int, Any, tuple[Any, ...]]]) -> list[str]:
         """Fetch the chunks every part of ``jobs`` needs in one coalesced plan (the parts then decode
         from memory); the keys kept."""
         if self.store is None or not hasattr(self.store, "prefetch_many"):
@@ -95,7 +125,24 @@ class PartsArray(BackendArray):
         return list(sync(self.store.prefetch_many(items))) if len(items) > 1 else []
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PartsArray, (self.parts, self.bounds, self.axis, self.dtype, self.store, self.paths))
+        return (PartsArray, (self.name, self.reps, self.which, self.paths, self.shapes, self.bounds, self.axis,
+                             self.dtype, self.store, self.decode, self.shape))
+
+
+def _clone(za: Any, path: str, shape: tuple[int, ...]) -> Any:
+    """The zarr array at ``path`` whose metadata is ``za``'s but for its ``shape`` (read from no store)."""
+    from zarr.core.array import Array, AsyncArray
+    from zarr.storage import StorePath
+
+    src = za.async_array
+    return Array(AsyncArray(metadata=src.metadata.update_shape(shape), store_path=StorePath(src.store_path.store,
+                                                                                                path),
+                            config=src.config))
+
+
+def _layout_key(m: Any) -> tuple[tuple[str, bytes], ...]:
+    """What two parts share when one opened array can stand for both: their documents but the shape."""
+    return tuple(sorted((k, _SHAPE.sub(b"", v)) for k, v in m.documents().items()))
 
 
 def _size(k: Any, n: int) -> int:
@@ -131,22 +178,42 @@ def parts_variables(xstore: Any, open_group: Any, decode: Mapping[str, Any],
             if sizes.setdefault(d, n) != n:
                 raise InvalidReferences(f"variable {path!r}: made of parts {n} long along {d!r}, where the "
                                         f"dataset's {d!r} is {sizes[d]} long")
+        opts = {k: v for k, v in decode.items() if k != "drop_variables"}
+        paths = tuple(layout.paths())
+        metas = [refs.metadata[p] for p in paths]
+        keys: dict[Any, int] = {}
+        which = tuple(keys.setdefault(_layout_key(m), len(keys)) for m in metas)
+        firsts = [which.index(r) for r in range(len(keys))]
         try:
-            sub = open_group(path)
+            sub = open_group(path, cache_members=False)
+            sub.refset_members = {layout.names[k]: _zarr_array(store, paths[k], metas[k].zarr_format)
+                                  for k in firsts}
         except Exception as e:  # zarr's GroupNotFoundError and the like: the set is damaged
             raise InvalidReferences(f"variable {path!r}: made of parts, but its group does not open "
                                     f"({type(e).__name__}: {e})") from e
-        parts = tuple(decode_cf_variable(f"{name}/{p}", sub.open_store_variable(p), **{
-            k: v for k, v in decode.items() if k != "drop_variables"}) for p in layout.names)
-        first = parts[0]
-        dtype = _promoted(result_type, [p.dtype for p in parts])
+        reps = tuple((sub.open_store_variable(layout.names[k]), sub.refset_members[layout.names[k]])
+                     for k in firsts)
+        decoded = [decode_cf_variable(name, raw, **opts) for raw, _ in reps]
+        first = decoded[which[0]]
+        dtype = _promoted(result_type, [d.dtype for d in decoded])
         encoding = {k: v for k, v in first.encoding.items() if k not in ("chunks", "preferred_chunks")}
-        encoding["preferred_chunks"] = _chunks(layout, parts)
-        encoding["refset_parts"] = layout.paths()
-        data = indexing.LazilyIndexedArray(PartsArray(parts, layout.bounds, layout.axis, dtype, store,
-                                                      tuple(layout.paths())))
-        out[name] = xr.Variable(first.dims, data, first.attrs, encoding)
+        encoding["preferred_chunks"] = _chunks(layout, [dict(zip(layout.dims, m.chunks, strict=True))
+                                                        for m in metas])
+        encoding["refset_parts"] = list(paths)
+        axis = first.dims.index(layout.dim)
+        shape = tuple(layout.bounds[-1] if a == axis else n for a, n in enumerate(first.shape))
+        array = PartsArray(name, reps, which, paths, tuple(tuple(m.shape) for m in metas), layout.bounds,
+                           axis, dtype, store, opts, shape)
+        for k, var in zip(firsts, decoded, strict=True):
+            array._made[k] = var
+        out[name] = xr.Variable(first.dims, indexing.LazilyIndexedArray(array), first.attrs, encoding)
     return out
+
+
+def _zarr_array(store: Any, path: str, zarr_format: int) -> Any:
+    import zarr
+
+    return zarr.open_array(store=store, path=path, mode="r", zarr_format=3 if zarr_format == 3 else 2)
 
 
 def _promoted(result_type: Any, dtypes: list[np.dtype[Any]]) -> np.dtype[Any]:
@@ -158,12 +225,12 @@ def _promoted(result_type: Any, dtypes: list[np.dtype[Any]]) -> np.dtype[Any]:
     return got
 
 
-def _chunks(layout: Parts, parts: tuple[Any, ...]) -> dict[str, tuple[int, ...]]:
-    """Dask chunks along every dim that never straddle a stored chunk of any part: along the concat
-    dim each part's chunks in turn, along the others every part's chunk boundaries at once."""
+def _chunks(layout: Parts, per: list[dict[str, int]]) -> dict[str, tuple[int, ...]]:
+    """Dask chunks along every dim that never straddle a stored chunk of any part (``per``: each
+    part's chunks by dim): along the concat dim each part's chunks in turn, along the others every
+    part's chunk boundaries at once."""
     ax = layout.axis
     out: dict[str, tuple[int, ...]] = {}
-    per = [p.encoding.get("preferred_chunks", {}) for p in parts]
     for a, dim in enumerate(layout.dims):
         if a == ax:
             sizes: list[int] = []

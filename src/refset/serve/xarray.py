@@ -80,10 +80,10 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
         find_parts(store.refs)  # a damaged layout of parts named before zarr parses its group
         if zarr_format is None:
             zarr_format = _zarr_format(store)
-        def open_group(path: str | None) -> Any:
+        def open_group(path: str | None, cache_members: bool = True) -> Any:
             return _datastore().open_group(
                 store, group=path, mode="r", consolidated=False, consolidate_on_close=False,
-                zarr_format=zarr_format, use_zarr_fill_value_as_mask=None,
+                zarr_format=zarr_format, use_zarr_fill_value_as_mask=None, cache_members=cache_members,
             )
 
         xstore = open_group(group)
@@ -139,6 +139,14 @@ def _datastore() -> type[XarrayZarrStore]:
             """xarray's zarr datastore, its variables' values read by :class:`RefsetArray`."""
 
             refset_parts: Any = None  # (open a group, decoding options) when opened by the entry point
+            refset_members: Any = None  # the members it serves, when given (the parts a variable needs)
+
+            @property
+            def members(self) -> Any:
+                # docstring inherited: the arrays and groups of the group (those given, when given)
+                if self.refset_members is not None:
+                    return self.refset_members
+                return super().members
 
             def get_variables(self) -> Any:
                 # docstring inherited: the arrays, and each variable made of parts as one

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from zarr.abc.store import (
@@ -245,6 +245,20 @@ class ZarrStore(Store):
         for k, d in zip(keys, got, strict=True):
             pf[k] = d
         return keys
+
+    def take_prefetched(self, path: str, flat: np.ndarray) -> list[bytes | None] | None:
+        """The bytes of chunks ``flat`` of ``path`` when every one was prefetched (taken), else None
+        (nothing taken): a read that needs no trip to the event loop."""
+        pf = self._prefetched
+        if not pf or path not in self.refs.grids:
+            return None
+        keys = chunk_keys(path, self.refs.grids[path], np.asarray(flat, np.int64)).tolist()
+        got = [pf.get(k) for k in keys]
+        if any(g is None or isinstance(g, BaseException) for g in got):
+            return None
+        for k in keys:
+            pf.pop(k, None)
+        return cast("list[bytes | None]", got)
 
     async def read_chunks(self, path: str, flat: np.ndarray) -> list[bytes | None]:
         """Stored bytes of chunks ``flat`` of array ``path`` (None where absent), ranges fetched in
