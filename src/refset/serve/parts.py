@@ -52,7 +52,7 @@ class PartsArray(BackendArray):
             from xarray.conventions import decode_cf_variable
             from xarray.core import indexing
 
-            from refset.serve.xarray import RefsetArray
+            from refset.serve.array import RefsetArray
 
             raw, za = self.reps[self.which[k]]
             if za.path != self.paths[k]:
