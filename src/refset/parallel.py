@@ -34,9 +34,21 @@ def parallel_map(fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
     return list(pool().map(fn, items))
 
 
+def ahead() -> ThreadPoolExecutor:
+    """One thread for work done ahead of the pool's (fetching the next batch while one decodes)."""
+    global _AHEAD
+    with _LOCK:
+        if _AHEAD is None:
+            _AHEAD = ThreadPoolExecutor(1, thread_name_prefix="refset-ahead")
+        return _AHEAD
+
+
+_AHEAD: ThreadPoolExecutor | None = None
+
+
 def _forget() -> None:
-    global _POOL, _LOCK
-    _POOL, _LOCK = None, threading.Lock()
+    global _POOL, _LOCK, _AHEAD
+    _POOL, _LOCK, _AHEAD = None, threading.Lock(), None
 
 
 if hasattr(os, "register_at_fork"):

@@ -260,6 +260,24 @@ def test_parts_combine_along_their_own_dim_only(archives) -> None:
         refset.combine([tile, tile], concat_dims="x", coo_map={"x": [0, 1]})
 
 
+def test_parts_over_http_read_in_few_requests(archives, tmp_path: Path) -> None:
+    """A selection's chunks of every part fetched in coalesced plans (a batch of parts fetched while
+    the one before decodes): a request a file at most, never one a chunk (zarr's own reads)."""
+    from tests.httpserver import RangeServer
+
+    files = archives["padded"]  # 4 files, one part each, 3 chunks a part
+    root = files[0].parent
+    with RangeServer(root) as srv:
+        rs = refset.combine(files, concat_dims="time")
+        remote = refset.load({k: ([v[0].replace(str(root), srv.url), *v[1:]] if isinstance(v, list) else v)
+                              for k, v in rs.to_dict().items()})
+        ds = _open(remote)
+        srv.reset()
+        got = ds.tas.values
+        assert srv.requests <= len(files)  # at most one a file: every chunk of a file in one range
+    np.testing.assert_array_equal(got, _mf(files).tas.values)
+
+
 def test_info_shows_the_parts(archives, tmp_path: Path) -> None:
     out = tmp_path / "set.json"
     with warnings.catch_warnings():

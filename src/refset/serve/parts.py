@@ -19,9 +19,12 @@ from xarray.backends import BackendArray
 
 from refset.errors import InvalidReferences
 from refset.model.parts import Parts, find_parts
-from refset.parallel import parallel_map
+from refset.parallel import ahead, parallel_map
 
 __all__ = ["PartsArray", "parts_variables"]
+
+#: Batches a read across many parts is split into, each fetched while the one before decodes.
+_BATCHES = 8
 
 _SHAPE = re.compile(rb'"shape":\s*\[[^\]]*\]')
 
@@ -95,12 +98,22 @@ class PartsArray(BackendArray):
             p, put, sel = job
             out[(*head, put)] = np.asarray(self.part(p)[sel].values)  # each job its own rows of out
 
-        keys = self._prefetch(jobs) if len(jobs) > 1 else []
+        # batches of parts: the next batch's chunks are fetched (one plan) while this one decodes
+        size = max(16, -(-len(jobs) // _BATCHES))
+        batches = [jobs[i:i + size] for i in range(0, len(jobs), size)] if len(jobs) > 1 else [jobs]
+        pending = ahead().submit(self._prefetch, batches[0]) if len(jobs) > 1 else None
         try:
-            parallel_map(read, jobs)
+            for i, batch in enumerate(batches):
+                keys = pending.result() if pending is not None else []
+                pending = ahead().submit(self._prefetch, batches[i + 1]) if i + 1 < len(batches) else None
+                try:
+                    parallel_map(read, batch)
+                finally:
+                    if keys:
+                        self.store.release(keys)
         finally:
-            if keys:
-                self.store.release(keys)
+            if pending is not None:  # an error above: what was fetched ahead is dropped
+                self.store.release(pending.result())
         if scalar:
             got: np.ndarray = out[(*head, 0)]
             return got
@@ -122,7 +135,7 @@ class PartsArray(BackendArray):
             flat = None if g is None else selected_chunks(key, tuple(g.shape), tuple(g.chunks), least=1)
             if flat is not None:
                 items.append((self.paths[p], flat))
-        return list(sync(self.store.prefetch_many(items))) if len(items) > 1 else []
+        return list(sync(self.store.prefetch_many(items))) if items else []
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (PartsArray, (self.name, self.reps, self.which, self.paths, self.shapes, self.bounds, self.axis,
