@@ -35,11 +35,12 @@ def parallel_map(fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
 
 
 def ahead() -> ThreadPoolExecutor:
-    """One thread for work done ahead of the pool's (fetching the next batch while one decodes)."""
+    """Threads for work done ahead of the pool's (fetching the next batch while one decodes; one a
+    read at a time, several reads at once)."""
     global _AHEAD
     with _LOCK:
         if _AHEAD is None:
-            _AHEAD = ThreadPoolExecutor(1, thread_name_prefix="refset-ahead")
+            _AHEAD = ThreadPoolExecutor(4, thread_name_prefix="refset-ahead")
         return _AHEAD
 
 

@@ -337,9 +337,15 @@ def test_a_damaged_layout_is_refused_naming_the_variable(archives) -> None:
     assert outcomes["refused"] > 200
 
 
-def test_parts_pickle_cheaply(archives) -> None:
+def test_parts_pickle_cheaply_and_read_async(archives) -> None:
+    import asyncio
+
     rs = refset.combine(archives["everything"], concat_dims="time")
     ds = _open(rs)
+    back = pickle.loads(pickle.dumps(ds))  # the whole dataset (its datastore) pickles, as xr.open_zarr's
+    np.testing.assert_array_equal(back.tas.values, ds.tas.values)
+    got = asyncio.run(_open(rs).tas.load_async())
+    np.testing.assert_array_equal(got.values, ds.tas.values)
     data = ds.tas.variable._data
     blob = pickle.dumps(data)
     assert len(blob) < 200_000

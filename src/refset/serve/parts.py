@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Mapping
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -101,10 +102,13 @@ class PartsArray(BackendArray):
         # batches of parts: the next batch's chunks are fetched (one plan) while this one decodes
         size = max(16, -(-len(jobs) // _BATCHES))
         batches = [jobs[i:i + size] for i in range(0, len(jobs), size)] if len(jobs) > 1 else [jobs]
-        pending = ahead().submit(self._prefetch, batches[0]) if len(jobs) > 1 else None
+        pending: Future[list[str]] | None = None
         try:
             for i, batch in enumerate(batches):
-                keys = pending.result() if pending is not None else []
+                if pending is not None:
+                    keys = pending.result()
+                else:  # the first batch: fetched here, nothing to overlap it with
+                    keys = self._prefetch(batch) if len(jobs) > 1 else []
                 pending = ahead().submit(self._prefetch, batches[i + 1]) if i + 1 < len(batches) else None
                 try:
                     parallel_map(read, batch)
@@ -112,12 +116,20 @@ class PartsArray(BackendArray):
                     if keys:
                         self.store.release(keys)
         finally:
-            if pending is not None:  # an error above: what was fetched ahead is dropped
-                self.store.release(pending.result())
+            if pending is not None:  # an error above: what was fetched ahead is dropped, its own error too
+                try:
+                    self.store.release(pending.result())
+                except Exception:  # the error being raised is the one to report
+                    pass
         if scalar:
             got: np.ndarray = out[(*head, 0)]
             return got
         return out
+
+    async def async_getitem(self, key: Any) -> Any:
+        import asyncio
+
+        return await asyncio.to_thread(self.__getitem__, key)
 
     def _prefetch(self, jobs: list[tuple[int, Any, tuple[Any, ...]]]) -> list[str]:
         """Fetch the chunks every part of ``jobs`` needs in one coalesced plan (the parts then decode

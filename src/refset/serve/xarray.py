@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from xarray.backends import BackendEntrypoint
-
-if TYPE_CHECKING:
-    from xarray.backends import ZarrStore as XarrayZarrStore
+from xarray.backends import ZarrStore as XarrayZarrStore
 
 __all__ = ["RefsetBackendEntrypoint", "open_dataset"]
 
@@ -76,12 +75,7 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
         find_parts(store.refs)  # a damaged layout of parts named before zarr parses its group
         if zarr_format is None:
             zarr_format = _zarr_format(store)
-        def open_group(path: str | None, cache_members: bool = True) -> Any:
-            return _datastore().open_group(
-                store, group=path, mode="r", consolidated=False, consolidate_on_close=False,
-                zarr_format=zarr_format, use_zarr_fill_value_as_mask=None, cache_members=cache_members,
-            )
-
+        open_group = GroupOpener(store, zarr_format)
         xstore = open_group(group)
         # variables made of parts are decoded part by part, with the options xarray decodes the rest with
         xstore.refset_parts = (open_group, {
@@ -124,51 +118,57 @@ def open_dataset(source: Any, **kwargs: Any) -> Any:
     return xr.open_dataset(source, engine=RefsetBackendEntrypoint, **kwargs)
 
 
-def _datastore() -> type[XarrayZarrStore]:
-    """The xarray zarr datastore whose variables read through :class:`RefsetArray` (made on first use:
-    it subclasses xarray's, which imports zarr)."""
-    global _DATASTORE
-    if _DATASTORE is None:
-        from xarray.backends import ZarrStore as XarrayZarrStore
+class RefsetDataStore(XarrayZarrStore):
+    """xarray's zarr datastore, its variables' values read by :class:`~refset.serve.array.RefsetArray`,
+    variables made of parts served whole (:mod:`refset.serve.parts`). A module-level class, so that
+    datasets pickle (``client.submit(f, ds)``)."""
 
-        class RefsetDataStore(XarrayZarrStore):
-            """xarray's zarr datastore, its variables' values read by :class:`RefsetArray`."""
+    refset_parts: Any = None  # (a GroupOpener, decoding options) when opened by the entry point
+    refset_members: Any = None  # the members it serves, when given (the parts a variable needs)
 
-            refset_parts: Any = None  # (open a group, decoding options) when opened by the entry point
-            refset_members: Any = None  # the members it serves, when given (the parts a variable needs)
+    @property
+    def members(self) -> Any:
+        # docstring inherited: the arrays and groups of the group (those given, when given)
+        if self.refset_members is not None:
+            return self.refset_members
+        return super().members
 
-            @property
-            def members(self) -> Any:
-                # docstring inherited: the arrays and groups of the group (those given, when given)
-                if self.refset_members is not None:
-                    return self.refset_members
-                return super().members
+    def get_variables(self) -> Any:
+        # docstring inherited: the arrays, and each variable made of parts as one
+        from xarray.core.utils import FrozenDict
 
-            def get_variables(self) -> Any:
-                # docstring inherited: the arrays, and each variable made of parts as one
-                from xarray.core.utils import FrozenDict
+        from refset.serve.parts import parts_variables
 
-                from refset.serve.parts import parts_variables
+        got = super().get_variables()  # type: ignore[no-untyped-call]  # xarray: unannotated
+        if self.refset_parts is None:
+            return got
+        opener, decode = self.refset_parts
+        return FrozenDict({**got, **parts_variables(self, opener, decode, others=got)})
 
-                got = super().get_variables()  # type: ignore[no-untyped-call]  # xarray: unannotated
-                if self.refset_parts is None:
-                    return got
-                opener, decode = self.refset_parts
-                return FrozenDict({**got, **parts_variables(self, opener, decode, others=got)})
+    def open_store_variable(self, name: str) -> Any:
+        # docstring inherited: dims, attributes and encoding as xarray reads them from zarr
+        import xarray as xr
+        from xarray.core import indexing
 
-            def open_store_variable(self, name: str) -> Any:
-                # docstring inherited: dims, attributes and encoding as xarray reads them from zarr
-                import xarray as xr
-                from xarray.core import indexing
+        from refset.serve.array import RefsetArray
 
-                var = super().open_store_variable(name)  # type: ignore[no-untyped-call]  # xarray: unannotated
-                from refset.serve.array import RefsetArray
-
-                data = indexing.LazilyIndexedArray(RefsetArray(self.members[name]))
-                return xr.Variable(var.dims, data, var.attrs, var.encoding)
-
-        _DATASTORE = RefsetDataStore
-    return _DATASTORE
+        var = super().open_store_variable(name)  # type: ignore[no-untyped-call]  # xarray: unannotated
+        data = indexing.LazilyIndexedArray(RefsetArray(self.members[name]))
+        return xr.Variable(var.dims, data, var.attrs, var.encoding)
 
 
-_DATASTORE: type[XarrayZarrStore] | None = None
+@dataclass(frozen=True)
+class GroupOpener:
+    """Opens a :class:`RefsetDataStore` on a group of ``store`` (picklable, unlike a closure)."""
+
+    store: Any
+    zarr_format: int | None
+
+    def __call__(self, path: str | None, cache_members: bool = True) -> RefsetDataStore:
+        got: RefsetDataStore = RefsetDataStore.open_group(
+            self.store, group=path, mode="r", consolidated=False, consolidate_on_close=False,
+            zarr_format=self.zarr_format, use_zarr_fill_value_as_mask=None, cache_members=cache_members,
+        )
+        return got
+
+

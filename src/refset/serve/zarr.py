@@ -212,8 +212,14 @@ class ZarrStore(Store):
         if len(flat) < 2 or int((end - start).sum()) > budget:
             return []
         keys: list[str] = chunk_keys(path, self.refs.grids[path], flat).tolist()
-        got = await self.engine.reader.read(urls, pid, start, end)
         pf = self._prefetched
+        new = [i for i, k in enumerate(keys) if k not in pf]  # held already (a read across parts): not again
+        if len(new) < 2:
+            return []
+        if len(new) < len(keys):
+            keys = [keys[i] for i in new]
+            pid, start, end = pid[new], start[new], end[new]
+        got = await self.engine.reader.read(urls, pid, start, end)
         for k, d in zip(keys, got, strict=True):
             pf[k] = d
         return keys
