@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -185,8 +186,13 @@ def test_remote_grib_reads_its_messages_in_few_requests(tmp_path: Path) -> None:
     with RangeServer(tmp_path) as server:
         run = Scan()
         rs = run(f"{server.url}/f.grib2")
-        assert server.requests == 2, server.requests  # the head, then the rest in one request
+        # the head, a look for f.grib2.idx (none), then the rest in one request
+        assert server.requests == 3, server.requests
         _same_as_cfgrib(path, rs)
+        shutil.copy(path, tmp_path / "g.grib2")
+        server.reset()
+        run(f"{server.url}/g.grib2")
+        assert server.requests == 2, server.requests  # its directory has no sidecars: not looked for
 
 
 def test_grib_fuzz(tmp_path: Path) -> None:

@@ -25,10 +25,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from refset.abc.bytestore import ByteStore
 from refset.errors import InvalidFile, Unsupported
 from refset.io.scanfile import ScanFile
+from refset.io.store import FsspecStore, LocalStore
 from refset.model.refset import ReferenceSet
 from refset.scan.flat import FlatScanner
+from refset.scan.grib.idx import MAX_IDX_BYTES, IdxLine, forecast_minutes, parse_idx, shape_of
 from refset.scan.writer import DropList, SetWriter, cannot
 
 __all__ = ["GribScanner", "frame", "MAX_MESSAGES"]
@@ -71,6 +74,19 @@ def _fields(data: bytes) -> int:
         n += data[at + 4] == 7
         at += length
     return max(n, 1)
+
+
+def _declared(head: bytes) -> int | None:
+    """The length a message's header declares (editions 1 and 2, GRIB1 up to 8 MiB), or None."""
+    if len(head) < 16 or head[:4] != b"GRIB":
+        return None
+    if head[7] == 2:
+        length = int.from_bytes(head[8:16], "big")
+    elif head[7] == 1 and not head[4] & 0x80:
+        length = int.from_bytes(head[4:7], "big")
+    else:
+        return None
+    return length if length >= 16 else None
 
 
 def frame(read_at: Callable[[int, int], bytes], size: int) -> list[tuple[int, int]]:
@@ -197,6 +213,24 @@ def _geography(data: bytes) -> _Grid:
     return _Grid("xy", lat2, lon2, (nj, ni), kind)
 
 
+def _sidecar(file: ScanFile) -> list[IdxLine] | None:
+    """The lines of ``FILE.idx`` beside ``file``, when there is one refset uses (else None: a remote
+    file pays one request to learn there is none)."""
+    store = file.store
+    side: ByteStore
+    if isinstance(store, LocalStore):
+        side = LocalStore(store.url + ".idx")
+    elif isinstance(store, FsspecStore):
+        side = FsspecStore(store.url + ".idx", fs=store.fs)
+    else:
+        return None
+    try:
+        text = side.read("", 0, MAX_IDX_BYTES + 1)
+    except Exception:  # none (FileNotFoundError), or unreadable: the file is scanned without it
+        return None
+    return None if len(text) > MAX_IDX_BYTES else parse_idx(bytes(text))
+
+
 def _seconds(date: int | None, time: int | None) -> int:
     if date is None:
         return 0
@@ -215,6 +249,22 @@ class GribScanner(FlatScanner):
         # the run's memo: a grid's coordinates by its definition's digest (ecCodes takes ~0.4 s to
         # compute a 1.9-million-point Lambert grid's; a product's files share one grid)
         self._grids: dict[tuple[Any, ...], _Grid] = {}
+        # and the messages' keys of files whose .idx sidecars agreed with them, by the inventory's shape
+        self._templates: dict[tuple[Any, ...], list[_Message]] = {}
+        self._no_idx: set[str] = set()  # directories of remote files that had no sidecar
+
+    def _sidecar(self, file: ScanFile) -> list[IdxLine] | None:
+        """The sidecar's lines (:func:`_sidecar`); a remote file's looked for unless another file of its
+        directory had none (one request a directory, not one a file, where a product has no sidecars)."""
+        where = file.store.url.rpartition("/")[0]
+        if not file.local and where in self._no_idx:
+            return None
+        got = _sidecar(file)
+        if got is None and not file.local:
+            if len(self._no_idx) >= 1024:
+                self._no_idx.clear()
+            self._no_idx.add(where)
+        return got
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
@@ -228,6 +278,11 @@ class GribScanner(FlatScanner):
         except ImportError:
             raise Unsupported("GRIB files need ecCodes: pip install 'refset[grib]'") from None
         drop = DropList(self.drop)
+        lines = self._sidecar(file)
+        if lines is not None:
+            got = self._from_template(file, lines)
+            if got is not None:
+                return self._built(file, got[0], got[1], drop)
         try:
             # a scan reads every message whole: a remote file's first _WHOLE bytes in one request, so
             # that framing (a header per message) costs no round trip of its own
@@ -274,11 +329,74 @@ class GribScanner(FlatScanner):
                 total = 0
         if batch:
             flush()
+        if lines is not None:
+            self._learn(lines, messages)
+        return self._built(file, messages, grids, drop)
+
+    def _built(self, file: ScanFile, messages: list[_Message], grids: dict[tuple[Any, ...], _Grid],
+               drop: DropList) -> ReferenceSet:
         out = SetWriter(file.url, self.inline_threshold)
         out.group("", {"GRIB_edition": messages[0].keys.get("edition"), "Conventions": "CF-1.7"})
         _write(out, messages, grids, drop)
         drop.warn_unused(file.url)
         return out.build(file.read_ranges)
+
+    def _learn(self, lines: list[IdxLine], messages: list[_Message]) -> None:
+        """Keep ``messages`` as the template of inventories shaped like ``lines`` when the inventory
+        agrees with them: one line a message, at its offset, with its reference time and step."""
+        if len(lines) != len(messages):
+            return
+        for ln, m in zip(lines, messages, strict=True):
+            date, time = m.keys.get("dataDate"), m.keys.get("dataTime")
+            if (ln.offset != m.offset or forecast_minutes(ln.forecast) != m.step or date is None
+                    or time is None or time % 100 or ln.date != date * 100 + time // 100):
+                return
+        if len(self._templates) >= _MEMO_GRIDS:
+            self._templates.clear()
+        self._templates[shape_of(lines)] = messages
+
+    def _from_template(self, file: ScanFile, lines: list[IdxLine]
+                       ) -> tuple[list[_Message], dict[tuple[Any, ...], _Grid]] | None:
+        """The messages of ``file`` from its inventory and the run's template of its shape, one
+        message per grid read and checked against the template's; None: scan it whole."""
+        tpl = self._templates.get(shape_of(lines))
+        if tpl is None or lines[-1].offset >= file.size:
+            return None
+        ends = [ln.offset for ln in lines[1:]] + [file.size]
+        steps = [forecast_minutes(ln.forecast) for ln in lines]
+        out = []
+        for ln, end, step, t in zip(lines, ends, steps, tpl, strict=True):
+            if step is None:
+                return None
+            keys = {**t.keys, "dataDate": ln.date // 100, "dataTime": ln.date % 100 * 100, "step": step}
+            out.append(_Message(ln.offset, end - ln.offset, keys, t.grid, _seconds(keys["dataDate"],
+                                                                                  keys["dataTime"]),
+                                step, t.level, t.number))
+        if file.local:  # every message's header and end marker checked (a few bytes each, no request)
+            for m in out:
+                length = _declared(file.read_at(m.offset, 16))
+                if length is None or length > m.length or file.read_at(m.offset + length - 4, 4) != b"7777":
+                    return None
+                m.length = length
+        samples = {m.grid: k for k, m in reversed(list(enumerate(out)))}  # the first message of each grid
+        picks = sorted(samples.values())
+        datas = file.read_ranges([out[k].offset for k in picks], [out[k].length for k in picks])
+        grids: dict[tuple[Any, ...], _Grid] = {}
+        for k, data in zip(picks, datas, strict=True):
+            m = out[k]
+            length = _declared(data[:16])
+            if length is None or length > len(data) or data[length - 4:length] != b"7777" or _fields(data) != 1:
+                return None
+            data = data[:length]
+            try:
+                got, gid = _keys(data)
+            except Exception:  # not a message ecCodes reads: the whole scan names the problem
+                return None
+            if gid != m.grid or any(got.get(name) != m.keys.get(name) for name in (*_KEYS_STR, *_KEYS_INT, "step",
+                                                                                   "level", "number")):
+                return None
+            grids[gid] = self._grids.get(gid) or _geography(data)
+        return out, grids
 
 
 _COORD_ATTRS = {

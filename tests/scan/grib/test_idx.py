@@ -1,0 +1,154 @@
+"""GRIB ``.idx`` sidecars (NOAA's inventories): a run scans one file of a product whole, learns its
+inventory, and builds the product's other files from their inventories, reading one message per grid;
+every set equals the set of the file scanned whole (and so cfgrib's values); an inventory that does not
+fit scans the file whole. Inventories are written here from ecCodes' own offsets and keys."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import refset
+from refset.scan import Scan
+from refset.scan.grib.idx import forecast_minutes, parse_idx
+from tests.scan.grib.gribfiles import forecast
+
+eccodes = pytest.importorskip("eccodes")
+xr = pytest.importorskip("xarray")
+
+
+def write_idx(grib: Path) -> Path:
+    """wgrib2's inventory of ``grib``, from ecCodes: offsets, reference times, levels and steps."""
+    lines = []
+    with open(grib, "rb") as f:
+        n = 0
+        while True:
+            h = eccodes.codes_grib_new_from_file(f)
+            if h is None:
+                break
+            try:
+                n += 1
+                off = int(eccodes.codes_get(h, "offset"))
+                date, time = int(eccodes.codes_get(h, "dataDate")), int(eccodes.codes_get(h, "dataTime"))
+                var = str(eccodes.codes_get(h, "shortName")).upper()
+                level = f"{eccodes.codes_get(h, 'level')} {eccodes.codes_get(h, 'typeOfLevel')}"
+                step = int(eccodes.codes_get(h, "endStep"))
+                fc = "anl" if step == 0 else f"{step} hour fcst"
+                lines.append(f"{n}:{off}:d={date}{time // 100:02d}:{var}:{level}:{fc}:")
+            finally:
+                eccodes.codes_release(h)
+    out = grib.with_name(grib.name + ".idx")
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def _product(d: Path, days: int = 4) -> list[Path]:
+    out = []
+    for k in range(days):
+        p = d / f"fc{k}.grib2"
+        forecast(p, date=20240115 + k, seed=k)
+        write_idx(p)
+        out.append(p)
+    return out
+
+
+def _whole(path: Path, tmp: Path) -> dict:
+    """The set of ``path`` scanned whole: a copy without its sidecar, its URL put back."""
+    bare = tmp / "bare" / path.name
+    bare.parent.mkdir(exist_ok=True)
+    shutil.copy(path, bare)
+    return refset.rename_urls(refset.scan(str(bare)), {str(bare): str(path)}).to_dict()
+
+
+def test_a_product_scans_from_its_inventories(tmp_path: Path) -> None:
+    files = _product(tmp_path)
+    run = Scan()
+    sets = [run(str(f)) for f in files]
+    for f, rs in zip(files, sets, strict=True):
+        assert rs.to_dict() == _whole(f, tmp_path), f.name  # references, times, steps, coordinates
+    got = refset.open_dataset(refset.combine(sets, concat_dims="time")).load()
+    with xr.open_dataset(files[2], engine="cfgrib", backend_kwargs={"indexpath": ""}) as want:
+        np.testing.assert_array_equal(got.t.isel(time=2).values, want.t.values)
+        assert got.time.values[2] == want.time.values
+
+
+def test_the_inventory_saves_reading_the_messages(tmp_path: Path) -> None:
+    """Over HTTP: the template file is read whole; the next file costs its inventory and one message."""
+    from tests.httpserver import RangeServer
+
+    files = _product(tmp_path, 2)
+    with RangeServer(tmp_path) as srv:
+        run = Scan(head_bytes=1024)  # the files are small: a default first read would bring all of one
+        run(f"{srv.url}/{files[0].name}")
+        srv.reset()
+        run(f"{srv.url}/{files[1].name}")
+        size = files[1].stat().st_size
+        assert srv.bytes < size / 4, (srv.bytes, size)  # the inventory and one of 15 messages
+        assert srv.requests <= 3
+
+
+def test_an_inventory_that_does_not_fit_scans_the_file_whole(tmp_path: Path) -> None:
+    files = _product(tmp_path, 3)
+    run = Scan()
+    run(str(files[0]))  # the template
+    idx = files[1].with_name(files[1].name + ".idx")
+    lines = idx.read_text().splitlines()
+    idx.write_text("\n".join(lines[:-1]) + "\n")  # a message left out: another shape
+    assert run(str(files[1])).to_dict() == _whole(files[1], tmp_path)
+    idx2 = files[2].with_name(files[2].name + ".idx")
+    first, rest = idx2.read_text().split("\n", 1)
+    n, off, tail = first.split(":", 2)
+    idx2.write_text(f"{n}:{int(off) + 1}:{tail}\n{rest}")  # an offset that points off the message
+    assert run(str(files[2])).to_dict() == _whole(files[2], tmp_path)
+
+
+def test_parse_idx_and_forecasts() -> None:
+    text = b"1:0:d=2023092800:TMP:500 mb:anl:\n2:1200:d=2023092800:APCP:surface:0-6 hour acc fcst:\n"
+    lines = parse_idx(text)
+    assert lines is not None and [ln.offset for ln in lines] == [0, 1200] and lines[1].date == 2023092800
+    assert [forecast_minutes(ln.forecast) for ln in lines] == [0, 360]
+    assert forecast_minutes("90 min fcst") == 90 and forecast_minutes("2 day fcst") == 2880
+    assert forecast_minutes("6 hour ave fcst") == 360 and forecast_minutes("bogus") is None
+    for bad in (b"1.1:0:d=2023092800:UGRD:10 m:anl:", b"1:5:d=2023092800:TMP:500 mb:anl:",
+                b"1:0:d=2023092800:A:l:anl:\n2:0:d=2023092800:B:l:anl:", b"\xff", b"", b"1:0:d=20230928:T:l:anl:"):
+        assert parse_idx(bad) is None, bad
+
+
+def test_fuzzed_inventories_never_misplace_a_message(tmp_path: Path) -> None:
+    """A seeded fuzz of inventories (fields, numbers, lines changed): a scan never raises a bare
+    exception, and every chunk reference it gives is the byte range of the message scanned whole
+    gives (a changed date or forecast hour moves a message's coordinate: the inventory is trusted
+    for those; never its bytes)."""
+    files = _product(tmp_path, 2)
+    want = _whole(files[1], tmp_path)
+    ranges = sorted(tuple(v) for k, v in want.items() if isinstance(v, list) and len(v) == 3)
+    idx = files[1].with_name(files[1].name + ".idx")
+    good = idx.read_text()
+    rng = random.Random(31)
+    for _ in range(int(60 * float(__import__("os").environ.get("FUZZ_SCALE", "1")))):
+        lines = good.splitlines()
+        k = rng.randrange(len(lines))
+        parts = lines[k].split(":")
+        what = rng.randrange(5)
+        if what == 0:
+            j = rng.randrange(len(parts))
+            parts[j] = rng.choice(["", "0", "x", "99999999", "d=2099123100", "6 hour fcst", "anl", parts[j] * 2])
+            lines[k] = ":".join(parts)
+        elif what == 1:
+            lines.insert(rng.randrange(len(lines)), lines[k])
+        elif what == 2:
+            del lines[k]
+        elif what == 3:
+            i = rng.randrange(len(lines))
+            lines[k], lines[i] = lines[i], lines[k]
+        else:
+            lines[k] = lines[k].replace(":", "", 1)
+        idx.write_text("\n".join(lines) + "\n")
+        run = Scan()
+        run(str(files[0]))
+        got = run(str(files[1])).to_dict()
+        assert sorted(tuple(v) for k2, v in got.items() if isinstance(v, list) and len(v) == 3) == ranges
