@@ -1,12 +1,14 @@
 """Scanning TIFF, GRIB2, FITS and HDF4 files: refset vs kerchunk's scanner of each format, per file,
 over a generated batch and the corpus's files, in one run.
 
-usage: python bench/bench_formats.py [--files N] [--repeat R]
+usage: python bench/bench_formats.py [--files N] [--repeat R] [--only GRIB2]
 
 The batch: N small files per format like a product's (a 512x512 Deflate COG with two overviews; a GRIB2
 forecast of 27 messages on a 31x16 grid; a FITS file of three image HDUs), each scanned by one refset
 run (``refset.scan.Scan``: a run keeps what files of one product share) and by kerchunk
 (``tiff_to_zarr``, ``scan_grib``, ``fits.process_file``, ``HDF4ToZarr``). Medians of R passes; read the ratios.
+The GRIB2 batch runs twice: as is, and with a wgrib2 ``.idx`` inventory beside each file (refset builds
+every file but the first from its inventory and one message; kerchunk's ``scan_grib`` reads them whole).
 """
 
 from __future__ import annotations
@@ -39,13 +41,16 @@ def _tiffs(d: Path, n: int) -> list[Path]:
     return out
 
 
-def _gribs(d: Path, n: int) -> list[Path]:
-    from tests.scan.grib.gribfiles import forecast
+def _gribs(d: Path, n: int, idx: bool = False) -> list[Path]:
+    from tests.scan.grib.gribfiles import forecast, write_idx
 
     out = []
+    d.mkdir(exist_ok=True)
     for i in range(n):
         p = d / f"g{i:04d}.grib2"
         forecast(p, date=20240101 + i % 28, seed=i)
+        if idx:
+            write_idx(p)
         out.append(p)
     return out
 
@@ -77,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--files", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", default="", help="run the cases whose label holds this text (e.g. GRIB2)")
     a = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     from kerchunk.fits import process_file
@@ -93,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = [
             (f"{a.files} COGs (512x512 + 2 overviews)", _tiffs(d, a.files), tiff_to_zarr),
             (f"{a.files} GRIB2 forecasts (27 messages)", _gribs(d, a.files), scan_grib),
+            (f"{a.files} GRIB2 forecasts with .idx sidecars", _gribs(d / "idx", a.files, idx=True), scan_grib),
             (f"{a.files} FITS files (3 images)", _fitss(d, a.files), process_file),
         ]
         for p in sorted(corpus.glob("*.tif")) + sorted(corpus.glob("*.grib2")) + sorted(corpus.glob("*.grb2")):
@@ -100,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         for p in sorted(corpus.glob("*.hdf4")):
             cases.append((f"corpus {p.name}", [p], lambda f: HDF4ToZarr(f).translate()))
         for label, files, peer in cases:
+            if a.only and a.only not in label:
+                continue
             names = [str(f) for f in files]
 
             def ours(names: list[str] = names) -> None:

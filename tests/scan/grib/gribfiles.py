@@ -57,3 +57,31 @@ def forecast(path: Path, *, date: int = 20240115, seed: int = 0) -> list[np.ndar
                 fields.append({"shortName": var, "typeOfLevel": tol, "level": lv, "dataDate": date,
                                "dataTime": 1200, "step": st})
     return write_grib(path, fields, seed=seed)
+
+
+def write_idx(grib: Path) -> Path:
+    """wgrib2's inventory of ``grib`` (``GRIB.idx``), from ecCodes: offsets, reference times, levels
+    and steps."""
+    import eccodes
+
+    lines = []
+    with open(grib, "rb") as f:
+        n = 0
+        while True:
+            h = eccodes.codes_grib_new_from_file(f)
+            if h is None:
+                break
+            try:
+                n += 1
+                off = int(eccodes.codes_get(h, "offset"))
+                date, time = int(eccodes.codes_get(h, "dataDate")), int(eccodes.codes_get(h, "dataTime"))
+                var = str(eccodes.codes_get(h, "shortName")).upper()
+                level = f"{eccodes.codes_get(h, 'level')} {eccodes.codes_get(h, 'typeOfLevel')}"
+                step = int(eccodes.codes_get(h, "endStep"))
+                fc = "anl" if step == 0 else f"{step} hour fcst"
+                lines.append(f"{n}:{off}:d={date}{time // 100:02d}:{var}:{level}:{fc}:")
+            finally:
+                eccodes.codes_release(h)
+    out = grib.with_name(grib.name + ".idx")
+    out.write_text("\n".join(lines) + "\n")
+    return out

@@ -15,35 +15,10 @@ import pytest
 import refset
 from refset.scan import Scan
 from refset.scan.grib.idx import forecast_minutes, parse_idx
-from tests.scan.grib.gribfiles import forecast
+from tests.scan.grib.gribfiles import forecast, write_idx
 
 eccodes = pytest.importorskip("eccodes")
 xr = pytest.importorskip("xarray")
-
-
-def write_idx(grib: Path) -> Path:
-    """wgrib2's inventory of ``grib``, from ecCodes: offsets, reference times, levels and steps."""
-    lines = []
-    with open(grib, "rb") as f:
-        n = 0
-        while True:
-            h = eccodes.codes_grib_new_from_file(f)
-            if h is None:
-                break
-            try:
-                n += 1
-                off = int(eccodes.codes_get(h, "offset"))
-                date, time = int(eccodes.codes_get(h, "dataDate")), int(eccodes.codes_get(h, "dataTime"))
-                var = str(eccodes.codes_get(h, "shortName")).upper()
-                level = f"{eccodes.codes_get(h, 'level')} {eccodes.codes_get(h, 'typeOfLevel')}"
-                step = int(eccodes.codes_get(h, "endStep"))
-                fc = "anl" if step == 0 else f"{step} hour fcst"
-                lines.append(f"{n}:{off}:d={date}{time // 100:02d}:{var}:{level}:{fc}:")
-            finally:
-                eccodes.codes_release(h)
-    out = grib.with_name(grib.name + ".idx")
-    out.write_text("\n".join(lines) + "\n")
-    return out
 
 
 def _product(d: Path, days: int = 4) -> list[Path]:
