@@ -15,7 +15,7 @@ import pytest
 import refset
 from refset.scan import Scan
 from refset.scan.grib.idx import forecast_minutes, parse_idx
-from tests.scan.grib.gribfiles import forecast, write_idx
+from tests.scan.grib.gribfiles import forecast, write_grib, write_idx
 
 eccodes = pytest.importorskip("eccodes")
 xr = pytest.importorskip("xarray")
@@ -55,15 +55,21 @@ def test_the_inventory_saves_reading_the_messages(tmp_path: Path) -> None:
     """Over HTTP: the template file is read whole; the next file costs its inventory and one message."""
     from tests.httpserver import RangeServer
 
-    files = _product(tmp_path, 2)
+    files = []
+    for k in range(2):  # 400 messages: the samples and the inventory a small part of a file
+        files.append(tmp_path / f"big{k}.grib2")
+        write_grib(files[-1], [{"shortName": "t", "typeOfLevel": "isobaricInhPa", "level": lv, "step": st,
+                                "dataDate": 20240101 + k, "dataTime": 0}
+                               for lv in (1000, 925, 850, 700, 500) for st in range(0, 240, 3)], seed=k)
+        write_idx(files[-1])
     with RangeServer(tmp_path) as srv:
         run = Scan(head_bytes=1024)  # the files are small: a default first read would bring all of one
         run(f"{srv.url}/{files[0].name}")
         srv.reset()
         run(f"{srv.url}/{files[1].name}")
         size = files[1].stat().st_size
-        assert srv.bytes < size / 4, (srv.bytes, size)  # the inventory and one of 15 messages
-        assert srv.requests <= 3
+        assert srv.bytes < size / 10, (srv.bytes, size)  # its head, inventory, one message, last header
+        assert srv.requests <= 4
 
 
 def test_an_inventory_that_does_not_fit_scans_the_file_whole(tmp_path: Path) -> None:
@@ -81,6 +87,47 @@ def test_an_inventory_that_does_not_fit_scans_the_file_whole(tmp_path: Path) -> 
     assert run(str(files[2])).to_dict() == _whole(files[2], tmp_path)
 
 
+def test_what_the_inventory_does_not_say_is_checked(tmp_path: Path) -> None:
+    """Found by a review, each a wrong value before: a message moved to the file's other grid at a
+    place no sample reads (its grid section is checked, locally), ensemble members the inventory
+    names in its seventh field, messages appended after the inventory was written. Each file's set
+    equals its whole scan."""
+    shift = {"latitudeOfFirstGridPointInDegrees": 70.0, "latitudeOfLastGridPointInDegrees": 10.0}
+
+    def build(path: Path, date: int, shifted: set[int], members: tuple[int, ...] = (), extra: int = 0) -> None:
+        fields: list[dict[str, object]] = []
+        for k, (var, lv) in enumerate([("t", 500), ("t", 850), ("u", 500), ("u", 850)]):
+            fld: dict[str, object] = {"shortName": var, "typeOfLevel": "isobaricInhPa", "level": lv,
+                                      "dataDate": date, "dataTime": 1200, "step": 6}
+            if k in shifted:
+                fld.update(shift)
+            fields.append(fld)
+        fields += [{"shortName": "t", "typeOfLevel": "isobaricInhPa", "level": 500, "dataDate": date,
+                    "dataTime": 1200, "step": 6, "number": m} for m in members]
+        fields += [{"shortName": "t", "typeOfLevel": "isobaricInhPa", "level": 700 + k, "dataDate": date,
+                    "dataTime": 1200, "step": 6} for k in range(extra)]
+        write_grib(path, fields, seed=date % 100)
+        idx = write_idx(path)
+        if extra:  # messages appended after the inventory was written: it does not list them
+            idx.write_text("\n".join(idx.read_text().splitlines()[:-extra]) + "\n")
+        if members:  # wgrib2 names the member in the seventh field
+            lines = idx.read_text().splitlines()
+            idx.write_text("\n".join(ln + (f"ENS=+{members[k - 4]}" if k >= 4 else "") for k, ln in
+                                      enumerate(lines)) + "\n")
+
+    cases = {"grid moved": ({2, 3}, {1, 2, 3}, (), (), 0), "members": (set(), set(), (1, 2), (1, 3), 0),
+             "appended": (set(), set(), (), (), 1)}
+    for name, (a_shift, b_shift, a_members, b_members, extra) in cases.items():
+        d = tmp_path / name.replace(" ", "-")
+        d.mkdir()
+        a, b = d / "a.grib2", d / "b.grib2"
+        build(a, 20240115, a_shift, a_members)
+        build(b, 20240116, b_shift, b_members, extra)
+        run = Scan()
+        run(str(a))
+        assert run(str(b)).to_dict() == _whole(b, d), name
+
+
 def test_parse_idx_and_forecasts() -> None:
     text = b"1:0:d=2023092800:TMP:500 mb:anl:\n2:1200:d=2023092800:APCP:surface:0-6 hour acc fcst:\n"
     lines = parse_idx(text)
@@ -89,7 +136,8 @@ def test_parse_idx_and_forecasts() -> None:
     assert forecast_minutes("90 min fcst") == 90 and forecast_minutes("2 day fcst") == 2880
     assert forecast_minutes("6 hour ave fcst") == 360 and forecast_minutes("bogus") is None
     for bad in (b"1.1:0:d=2023092800:UGRD:10 m:anl:", b"1:5:d=2023092800:TMP:500 mb:anl:",
-                b"1:0:d=2023092800:A:l:anl:\n2:0:d=2023092800:B:l:anl:", b"\xff", b"", b"1:0:d=20230928:T:l:anl:"):
+                b"1:0:d=2023092800:A:l:anl:\n2:0:d=2023092800:B:l:anl:", b"\xff", b"", b"1:0:d=20230928:T:l:anl:",
+                b"1:0:d=2023132800:T:l:anl:", b"1:0:d=2023092825:T:l:anl:", b"1:" + b"9" * 5000 + b":d=2023092800:T:l:anl:"):
         assert parse_idx(bad) is None, bad
 
 

@@ -21,9 +21,9 @@ __all__ = ["IdxLine", "parse_idx", "shape_of", "forecast_minutes", "MAX_IDX_BYTE
 #: The largest sidecar read (a GRIB file of 1,000,000 messages has a ~60 MB inventory).
 MAX_IDX_BYTES = 64 << 20
 
-_LINE = re.compile(r"(\d+):(\d+):d=(\d{10}):([^:]*):([^:]*):([^:]*):?.*")
+_LINE = re.compile(r"(\d{1,9}):(\d{1,15}):d=(\d{10}):([^:]*):([^:]*):([^:]*):?(.*)")
 _UNITS = {"min": 1, "hour": 60, "day": 1440}
-_FORECAST = re.compile(r"(?:(\d+)-)?(\d+) (min|hour|day) (.*)")
+_FORECAST = re.compile(r"(?:(\d{1,9})-)?(\d{1,9}) (min|hour|day) (.*)")
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class IdxLine:
     var: str
     level: str
     forecast: str
+    extra: str = ""  # what follows (an ensemble member: ENS=+1, a probability...)
 
 
 def parse_idx(text: bytes) -> list[IdxLine] | None:
@@ -56,7 +57,10 @@ def parse_idx(text: bytes) -> list[IdxLine] | None:
         n, off, date = int(m.group(1)), int(m.group(2)), int(m.group(3))
         if n != len(out) + 1 or (out and off <= out[-1].offset) or (not out and off != 0):
             return None
-        out.append(IdxLine(n, off, date, m.group(4), m.group(5), m.group(6)))
+        y, mo, d, h = date // 1000000, date // 10000 % 100, date // 100 % 100, date % 100
+        if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and y >= 1):
+            return None
+        out.append(IdxLine(n, off, date, m.group(4), m.group(5), m.group(6), m.group(7).strip(":")))
     return out or None
 
 
@@ -71,8 +75,8 @@ def forecast_minutes(text: str) -> int | None:
     return int(m.group(2)) * _UNITS[m.group(3)]
 
 
-def shape_of(lines: list[IdxLine]) -> tuple[tuple[str, str, str], ...]:
+def shape_of(lines: list[IdxLine]) -> tuple[tuple[str, str, str, str], ...]:
     """What two inventories of one product share: each line's variable, level and forecast text with
     its numbers of hours left out (a file of another date or lead time has the same shape)."""
-    return tuple((ln.var, ln.level, _FORECAST.sub(lambda m: f"* {m.group(3)} {m.group(4)}", ln.forecast))
-                 for ln in lines)
+    return tuple((ln.var, ln.level, _FORECAST.sub(lambda m: f"* {m.group(3)} {m.group(4)}", ln.forecast),
+                  ln.extra) for ln in lines)

@@ -76,6 +76,35 @@ def _fields(data: bytes) -> int:
     return max(n, 1)
 
 
+def _in(data: bytes, base: int) -> Callable[[int, int], bytes]:
+    """``read(at, n)`` over a message's bytes ``data`` read from file offset ``base``."""
+    def read(at: int, n: int) -> bytes:
+        return data[at - base:at - base + n]
+
+    return read
+
+
+def _grid_digest(read: Callable[[int, int], bytes], at: int, end: int) -> bytes | None:
+    """A digest of the grid definition section (3) of the GRIB2 message at ``at``, or None (GRIB1, or
+    sections that do not walk)."""
+    import hashlib
+
+    if read(at + 7, 1) != b"\x02":
+        return None
+    pos = at + 16
+    while pos + 5 <= end:
+        head = read(pos, 5)
+        if len(head) < 5 or head[:4] == b"7777":
+            return None
+        length, number = int.from_bytes(head[:4], "big"), head[4]
+        if length < 5 or pos + length > end or number > 3:
+            return None
+        if number == 3:
+            return hashlib.blake2b(read(pos, length), digest_size=16).digest()
+        pos += length
+    return None
+
+
 def _declared(head: bytes) -> int | None:
     """The length a message's header declares (editions 1 and 2, GRIB1 up to 8 MiB), or None."""
     if len(head) < 16 or head[:4] != b"GRIB":
@@ -139,6 +168,7 @@ class _Message:
     step: int  # minutes
     level: float
     number: int
+    grid_section: bytes | None = None  # a digest of its grid definition section (GRIB2), for .idx templates
 
 
 @dataclass
@@ -318,7 +348,8 @@ class GribScanner(FlatScanner):
                     raise InvalidFile(f"{file.url}: the GRIB message at byte {o} cannot be read: "
                                       f"{type(e).__name__}: {e}") from None
                 messages.append(_Message(o, n, k, gid, _seconds(k["dataDate"], k["dataTime"]), k["step"],
-                                         k["level"], k["number"]))
+                                         k["level"], k["number"],
+                                         _grid_digest(_in(data, o), o, o + n) if lines is not None else None))
             batch.clear()
 
         for o, n in spans:
@@ -344,8 +375,8 @@ class GribScanner(FlatScanner):
     def _learn(self, lines: list[IdxLine], messages: list[_Message]) -> None:
         """Keep ``messages`` as the template of inventories shaped like ``lines`` when the inventory
         agrees with them: one line a message, at its offset, with its reference time and step."""
-        if len(lines) != len(messages):
-            return
+        if len(lines) != len(messages) or any(m.grid_section is None for m in messages):
+            return  # GRIB1 (no grid digests here) is scanned whole
         for ln, m in zip(lines, messages, strict=True):
             date, time = m.keys.get("dataDate"), m.keys.get("dataTime")
             if (ln.offset != m.offset or forecast_minutes(ln.forecast) != m.step or date is None
@@ -359,6 +390,13 @@ class GribScanner(FlatScanner):
                        ) -> tuple[list[_Message], dict[tuple[Any, ...], _Grid]] | None:
         """The messages of ``file`` from its inventory and the run's template of its shape, one
         message per grid read and checked against the template's; None: scan it whole."""
+        try:
+            return self._templated(file, lines)
+        except Exception:  # an inventory refset cannot follow (impossible dates...): scanned whole
+            return None
+
+    def _templated(self, file: ScanFile, lines: list[IdxLine]
+                   ) -> tuple[list[_Message], dict[tuple[Any, ...], _Grid]] | None:
         tpl = self._templates.get(shape_of(lines))
         if tpl is None or lines[-1].offset >= file.size:
             return None
@@ -371,21 +409,36 @@ class GribScanner(FlatScanner):
             keys = {**t.keys, "dataDate": ln.date // 100, "dataTime": ln.date % 100 * 100, "step": step}
             out.append(_Message(ln.offset, end - ln.offset, keys, t.grid, _seconds(keys["dataDate"],
                                                                                   keys["dataTime"]),
-                                step, t.level, t.number))
-        if file.local:  # every message's header and end marker checked (a few bytes each, no request)
+                                step, t.level, t.number, t.grid_section))
+        if file.local:  # every message's header, grid section and end marker checked (no request)
             for m in out:
                 length = _declared(file.read_at(m.offset, 16))
                 if length is None or length > m.length or file.read_at(m.offset + length - 4, 4) != b"7777":
                     return None
+                if _grid_digest(file.read_at, m.offset, m.offset + length) != m.grid_section:
+                    return None  # a message on another grid than the template's at its place
                 m.length = length
+            last = out[-1]
+            if last.length < file.size - last.offset and b"GRIB" in file.read_at(
+                    last.offset + last.length, file.size - last.offset - last.length):
+                return None  # messages past the inventory's last line (appended after it was written)
         samples = {m.grid: k for k, m in reversed(list(enumerate(out)))}  # the first message of each grid
         picks = sorted(samples.values())
-        datas = file.read_ranges([out[k].offset for k in picks], [out[k].length for k in picks])
+        # remotely, with the samples (one round): the last message's header, as nothing may follow it
+        tail = [] if file.local or picks[-1] == len(out) - 1 else [len(out) - 1]
+        datas = file.read_ranges([out[k].offset for k in picks + tail],
+                                 [out[k].length if k in samples.values() else 16 for k in picks + tail])
+        if tail and _declared(datas.pop()) != out[-1].length:
+            return None
         grids: dict[tuple[Any, ...], _Grid] = {}
         for k, data in zip(picks, datas, strict=True):
             m = out[k]
             length = _declared(data[:16])
             if length is None or length > len(data) or data[length - 4:length] != b"7777" or _fields(data) != 1:
+                return None
+            if k == len(out) - 1 and length != len(data):
+                return None  # bytes after the last message: messages the inventory does not list
+            if _grid_digest(_in(data, m.offset), m.offset, m.offset + length) != m.grid_section:
                 return None
             data = data[:length]
             try:
