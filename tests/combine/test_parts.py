@@ -206,29 +206,27 @@ def test_a_regular_archive_stays_one_plain_array(tmp_path: Path) -> None:
 
 
 def test_what_cannot_be_concatenated_is_refused_naming_both_inputs(tmp_path: Path) -> None:
+    def plain(path: Path, times: list[float], dims: tuple[str, str], chunk: int) -> Path:
+        """``tas(time, *dims)`` of zeros, ``dims`` of sizes y 3, x 4."""
+        sizes = {"y": 3, "x": 4}
+        with nc4.Dataset(path, "w") as ds:
+            ds.createDimension("time", None)
+            for d in dims:
+                ds.createDimension(d, sizes[d])
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = times
+            shape = (len(times), *(sizes[d] for d in dims))
+            ds.createVariable("tas", "f4", ("time", *dims), chunksizes=(chunk, *shape[1:]))[:] = np.zeros(shape)
+        return path
+
     a = write(tmp_path / "a.nc", 0, 4, chunk=2)
-    b = tmp_path / "b.nc"
-    with nc4.Dataset(b, "w") as ds:  # tas(time, x, y): other dims
-        ds.createDimension("time", None)
-        ds.createDimension("x", 4)
-        ds.createDimension("y", 3)
-        t = ds.createVariable("time", "f8", ("time",))
-        t.units = "days since 2000-01-01"
-        t[:] = [4, 5]
-        ds.createVariable("tas", "f4", ("time", "x", "y"), chunksizes=(1, 4, 3))[:] = np.zeros((2, 4, 3))
+    b = plain(tmp_path / "b.nc", [4, 5], ("x", "y"), 1)  # tas(time, x, y): other dims
     with pytest.raises(Unsupported, match=r"variable 'tas': dims \['time', 'x', 'y'\] in input '.*b\.nc' differ "
                                           r"from \['time', 'y', 'x'\] in input '.*a\.nc'"):
         refset.combine([a, b], concat_dims="time")
     odd = write(tmp_path / "odd.nc", 0, 3, chunk=3, dtype="f8")  # days 0, 1, 2 in f8; then 0.5 ... interleaved
-    half = tmp_path / "half.nc"
-    with nc4.Dataset(half, "w") as ds:
-        ds.createDimension("time", None)
-        ds.createDimension("y", 3)
-        ds.createDimension("x", 4)
-        t = ds.createVariable("time", "f8", ("time",))
-        t.units = "days since 2000-01-01"
-        t[:] = [0.5, 1.5]
-        ds.createVariable("tas", "f4", ("time", "y", "x"), chunksizes=(2, 3, 4))[:] = np.zeros((2, 3, 4))
+    half = plain(tmp_path / "half.nc", [0.5, 1.5], ("y", "x"), 2)
     with pytest.raises(Unsupported, match=r"variable 'tas': the values of input '.*(odd|half)\.nc' along 'time' "
                                           "are not consecutive"):
         refset.combine([odd, half], concat_dims="time")

@@ -23,7 +23,7 @@ from refset.model.array import Array
 from refset.model.decoding import CF_DECODING, decoding_attrs, decoding_codecs, is_time_units, time_encoding
 from refset.model.inline import concat_inline
 from refset.model.metadata import ArrayMetadata
-from refset.model.parts import Parts, attrs_parts, bounds_of, group_attrs, group_documents, part_name
+from refset.model.parts import Parts, bounds_of, group_documents, layouts, part_name
 from refset.model.stack import SetStack, inline_rows
 from refset.model.table import ChunkTable
 
@@ -62,21 +62,7 @@ class Piece:
 
 def input_parts(inputs: SetStack) -> list[dict[str, Parts]]:
     """Per input, its variables made of parts (most inputs: none, told without parsing JSON)."""
-    out: list[dict[str, Parts]] = []
-    for i in range(inputs.n):
-        found: dict[str, Parts] = {}
-        grids = inputs.grids[i]
-        for key, raw in inputs.meta[i].items():
-            head, _, name = key.rpartition("/")
-            if name not in (".zattrs", "zarr.json") or head in grids:
-                continue
-            attrs = group_attrs(raw, key)
-            got = attrs_parts(head, attrs) if attrs is not None else None
-            if got is not None:
-                got.check(inputs.metadata[i])
-                found[head] = got
-        out.append(found)
-    return out
+    return [layouts(inputs.meta[i].items(), inputs.metadata[i]) for i in range(inputs.n)]
 
 
 def place_parts(comb: Combiner, path: str, dim: str, mixed: list[dict[str, Parts]],

@@ -15,7 +15,7 @@ storage format holds parts as it holds any group; only refset serves the variabl
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from refset.model.metadata import ArrayMetadata
     from refset.model.refset import ReferenceSet
 
-__all__ = ["PARTS_ATTR", "Parts", "PartsWarning", "find_parts", "group_documents", "part_name", "parse_parts"]
+__all__ = ["PARTS_ATTR", "Parts", "PartsWarning", "find_parts", "layouts", "group_documents", "part_name", "parse_parts"]
 
 
 class PartsWarning(UserWarning):
@@ -128,18 +128,27 @@ def group_attrs(raw: Any, key: str) -> Mapping[str, Any] | None:
 def find_parts(rs: ReferenceSet) -> dict[str, Parts]:
     """Every variable made of parts in ``rs``, by path, each checked against the set's arrays."""
     other = rs.other
+    return layouts(zip(other.keys.tolist(), other.data, strict=True), rs.metadata,
+                   lambda key: other.find(key) >= 0)
+
+
+def layouts(items: Iterable[tuple[str, Any]], metadata: Mapping[str, ArrayMetadata],
+            has: Callable[[str], bool] | None = None) -> dict[str, Parts]:
+    """The variables made of parts among a set's keys outside its arrays (``(key, stored document)``
+    pairs), by path, each checked against the set's arrays ``metadata``; ``has(key)``: whether the set
+    holds a key (a v2 layout must have its group document), None to not ask."""
     out: dict[str, Parts] = {}
-    for row, key in enumerate(other.keys.tolist()):
+    for key, raw in items:
         head, _, name = key.rpartition("/")
-        if name not in (".zattrs", "zarr.json") or head in rs.grids:
+        if name not in (".zattrs", "zarr.json") or head in metadata:
             continue
-        attrs = group_attrs(other.data[row], key)
+        attrs = group_attrs(raw, key)
         got = attrs_parts(head, attrs) if attrs is not None else None
         if got is not None:
             group = (f"{head}/.zgroup" if head else ".zgroup") if name == ".zattrs" else None
-            if group is not None and other.find(group) < 0:
+            if has is not None and group is not None and not has(group):
                 raise InvalidReferences(f"variable {head!r}: a layout of parts without its group ({group!r})")
-            got.check(rs.metadata)
+            got.check(metadata)
             out[head] = got
     return out
 
