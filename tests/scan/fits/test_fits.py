@@ -1,6 +1,7 @@
 """refset.scan of FITS files: every image HDU reads back as astropy reads it (raw, and scaled through
-xarray's CF decoding), headers as attributes, tables and tile-compressed images skipped by name,
-broken headers InvalidFile naming the file, and a seeded fuzz of the headers against astropy."""
+xarray's CF decoding), tile-compressed ones included (Rice, GZIP_1/2, none; tiles as chunks), headers as
+attributes, tables and quantized images skipped by name with the reason, broken headers and tables
+InvalidFile naming the file, and seeded fuzzes of the headers and of the tile tables against astropy."""
 
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ xr = pytest.importorskip("xarray")
 FUZZ_CASES = 300 * int(os.environ.get("FUZZ_SCALE", "1"))
 
 
-def _write(path: Path) -> None:
+def _write(path: Path, quantized: bool = True) -> None:
     """A primary image (int16 with BSCALE/BZERO and BLANK), a float32 cube extension, a uint16 image
-    (BZERO 32768, astropy's unsigned convention), a table and a tile-compressed image."""
+    (BZERO 32768, astropy's unsigned convention), a table, a float image tile-compressed with quantized
+    values (left out) and three that are referenced: int16 Rice by rows, uint16 Rice in 4 x 6 tiles of
+    a 3-D image, float64 GZIP_2 (byte-shuffled, lossless)."""
     rng = np.random.default_rng(0)
     primary = fits.PrimaryHDU(rng.integers(-1000, 1000, (20, 30)).astype(np.int16))
     primary.header["BSCALE"] = 0.5
@@ -41,16 +44,23 @@ def _write(path: Path) -> None:
     table = fits.BinTableHDU.from_columns([fits.Column(name="a", format="E", array=np.arange(5.0))], name="TAB")
     comp = fits.CompImageHDU(rng.standard_normal((16, 16)).astype(np.float32), name="COMP")
     double = fits.ImageHDU(rng.standard_normal((6, 5)), name="DOUBLE")
+    rice = fits.CompImageHDU(rng.integers(-3000, 3000, (12, 40)).astype(np.int16), name="RICE",
+                             compression_type="RICE_1")
+    tiled = fits.CompImageHDU(rng.integers(0, 65535, (2, 8, 12)).astype(np.uint16), name="TILED",
+                              compression_type="RICE_1", tile_shape=(1, 4, 6))
+    gzip2 = fits.CompImageHDU(rng.standard_normal((10, 7)), name="GZIP2", compression_type="GZIP_2",
+                              quantize_level=0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fits.HDUList([primary, cube, unsigned, table, comp, double]).writeto(path)
+        hdus = [primary, cube, unsigned, table, comp, double, rice, tiled, gzip2]
+        fits.HDUList([h for h in hdus if quantized or h is not comp]).writeto(path)
 
 
 def _astropy(path: Path, scaled: bool) -> dict[str, np.ndarray]:
     out = {}
     with fits.open(path, do_not_scale_image_data=not scaled, memmap=False) as hdul:
         for k, hdu in enumerate(hdul):
-            if isinstance(hdu, fits.PrimaryHDU | fits.ImageHDU) and not isinstance(hdu, fits.CompImageHDU) \
+            if isinstance(hdu, fits.PrimaryHDU | fits.ImageHDU | fits.CompImageHDU) and hdu.name != "COMP" \
                     and hdu.data is not None:
                 out[hdu.name if k else "PRIMARY"] = np.asarray(hdu.data)
     return out
@@ -61,15 +71,17 @@ class TestFitsConformance(ScannerTests):
 
     def make_files(self, tmp_path: Path) -> dict[Path, Mapping[str, np.ndarray]]:
         p = tmp_path / "f.fits"
-        _write(p)
+        _write(p, quantized=False)
         return {p: _astropy(p, scaled=False)}
 
 
 def test_images_read_as_astropy_reads_them(tmp_path: Path) -> None:
     path = tmp_path / "f.fits"
     _write(path)
-    rs = refset.scan(str(path))
-    assert sorted(p for p in rs.metadata) == ["CUBE", "DOUBLE", "PRIMARY", "UNSIGNED"]
+    with pytest.warns(UserWarning, match="the tile-compressed image 'COMP' is left out: its values are quantized"):
+        rs = refset.scan(str(path))
+    assert sorted(p for p in rs.metadata) == ["CUBE", "DOUBLE", "GZIP2", "PRIMARY", "RICE", "TILED", "UNSIGNED"]
+    assert rs.metadata["TILED"].chunks == (1, 4, 6) and rs.metadata["RICE"].chunks == (1, 40)
     raw = refset.open_dataset(rs, mask_and_scale=False)
     for name, want in _astropy(path, scaled=False).items():
         np.testing.assert_array_equal(raw[name].values, want, err_msg=name)
@@ -78,7 +90,10 @@ def test_images_read_as_astropy_reads_them(tmp_path: Path) -> None:
         np.testing.assert_allclose(decoded[name].values, want, err_msg=name, equal_nan=True)
     attrs = decoded["PRIMARY"].attrs
     assert attrs["OBJECT"] == "M31" and attrs["EXPTIME"] == 30.0 and "made for refset's tests" in attrs["HISTORY"]
-    assert refset.open_dataset(rs).attrs["fits_skipped_hdus"] == ["TAB (BINTABLE)", "COMP (tile-compressed image)"]
+    skipped = refset.open_dataset(rs).attrs["fits_skipped_hdus"]
+    assert skipped[0] == "TAB (BINTABLE)" and skipped[1].startswith("COMP (tile-compressed image: its values are "
+                                                                    "quantized per tile (ZSCALE, ZZERO)")
+    assert len(skipped) == 2
     table = rs.table("CUBE")
     with fits.open(path) as hdul:
         assert table.offset[0] == hdul["CUBE"].fileinfo()["datLoc"]  # the image's bytes, in place
@@ -87,7 +102,7 @@ def test_images_read_as_astropy_reads_them(tmp_path: Path) -> None:
 def test_subchunks_and_drop(tmp_path: Path) -> None:
     path = tmp_path / "f.fits"
     _write(path)
-    rs = refset.scan(str(path), subchunk=200, drop_variables=["DOUBLE"])
+    rs = refset.scan(str(path), subchunk=200, drop_variables=["DOUBLE", "COMP"])
     assert "DOUBLE" not in rs.metadata and rs.metadata["CUBE"].chunks == (1, 10, 12)
     np.testing.assert_array_equal(refset.open_dataset(rs, mask_and_scale=False)["CUBE"].values,
                                   _astropy(path, scaled=False)["CUBE"])
@@ -153,7 +168,9 @@ def test_fits_fuzz(tmp_path: Path) -> None:
             b[at] = rng.choice((b[at] ^ (1 << rng.randrange(7)), ord(rng.choice("0123456789 '=-ETF"))))
         case.write_bytes(bytes(b))
         try:
-            rs = refset.scan(str(case))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # images left out
+                rs = refset.scan(str(case))
         except RefsetError as e:
             counts["refset error"] += 1
             if str(case) not in str(e):
@@ -181,6 +198,132 @@ def test_fits_fuzz(tmp_path: Path) -> None:
                 continue
             w = want.get(name)
             if w is not None and (w.shape != got.shape or not np.array_equal(w, got, equal_nan=True)):
+                failures.append(f"seed {seed}: {name} differs from astropy's")
+        counts["right"] += 1
+    assert not failures, "\n".join(failures[:10])
+    assert counts["refset error"] > FUZZ_CASES // 20
+
+
+CODECS = [("RICE_1", "u1"), ("RICE_1", "i2"), ("RICE_1", "i4"), ("GZIP_1", "i2"), ("GZIP_1", "i8"),
+          ("GZIP_1", "f4"), ("GZIP_2", "i4"), ("GZIP_2", "f8"), ("GZIP_2", "u1"), ("NOCOMPRESS", "i2")]
+
+
+@pytest.mark.parametrize(("kind", "dtype"), CODECS, ids=[f"{k}-{d}" for k, d in CODECS])
+def test_tile_compressed_images_read_as_astropy_reads_them(tmp_path: Path, kind: str, dtype: str) -> None:
+    """Each codec and type astropy (cfitsio's compressor) writes, in tiles of several rows and columns:
+    refset's values equal astropy's, and so do fsspec's + zarr's from the saved set (imagecodecs
+    registered for Rice); every tile is a chunk whose bytes lie in the table's heap."""
+    zarr = pytest.importorskip("zarr")
+    fsspec = pytest.importorskip("fsspec")
+    rng = np.random.default_rng(7)
+    info = np.iinfo(dtype) if dtype[0] in "iu" else None
+    values = rng.integers(max(info.min, -(10**6)), min(info.max, 10**6), (3, 12, 20)).astype(dtype) if info \
+        else rng.standard_normal((3, 12, 20)).astype(dtype)
+    path = tmp_path / "c.fits"
+    kw = {"quantize_level": 0.0} if dtype[0] == "f" else {}
+    hdu = fits.CompImageHDU(values, name="SCI", compression_type=kind, tile_shape=(1, 4, 10), **kw)
+    hdu.header["OBJECT"] = "NGC 1300"
+    fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(path)
+    rs = refset.scan(str(path))
+    meta = rs.metadata["SCI"]
+    assert meta.shape == (3, 12, 20) and meta.chunks == (1, 4, 10)
+    with fits.open(path) as hdul:
+        want = np.asarray(hdul["SCI"].data)
+    ds = refset.open_dataset(rs, mask_and_scale=False)
+    np.testing.assert_array_equal(ds["SCI"].values, want)
+    assert ds["SCI"].attrs["OBJECT"] == "NGC 1300" and not any(k.startswith(("ZCMP", "TFORM")) for k in ds["SCI"].attrs)
+    with fits.open(path, disable_image_compression=True) as hdul:
+        table = hdul["SCI"]
+        heap = table.fileinfo()["datLoc"] + table.header["NAXIS1"] * table.header["NAXIS2"]
+        sizes = [len(np.asarray(row)) for row in table.data["COMPRESSED_DATA"]]
+    chunks = refset.scan(str(path), inline_threshold=0).table("SCI")  # small tiles are inlined otherwise
+    assert (chunks.offset.ravel() >= heap).all() and chunks.length.ravel().tolist() == sizes
+    import imagecodecs.numcodecs
+
+    imagecodecs.numcodecs.register_codecs(verbose=False)
+    mapper = fsspec.filesystem("reference", fo=rs.to_dict()).get_mapper("")
+    np.testing.assert_array_equal(zarr.open_group(mapper, mode="r", zarr_format=2)["SCI"][...], want)
+
+
+def test_tile_compressed_images_left_out_say_why(tmp_path: Path) -> None:
+    """No codec (HCOMPRESS_1, PLIO_1), quantized floats, tiles that do not divide the image: left out
+    with a warning naming the image and the reason, listed in fits_skipped_hdus; the other images of
+    the file are referenced; drop_variables leaves one out silently."""
+    rng = np.random.default_rng(3)
+    ints = rng.integers(0, 1000, (12, 40)).astype(np.int16)
+    hdus = [fits.PrimaryHDU(ints),
+            fits.CompImageHDU(ints, name="HC", compression_type="HCOMPRESS_1"),
+            fits.CompImageHDU(ints, name="PLIO", compression_type="PLIO_1"),
+            fits.CompImageHDU(ints.astype(np.float32), name="QUANT", compression_type="GZIP_1"),
+            fits.CompImageHDU(ints, name="ODD", compression_type="RICE_1", tile_shape=(5, 7))]
+    path = tmp_path / "out.fits"
+    fits.HDUList(hdus).writeto(path)
+    with pytest.warns(UserWarning) as caught:
+        rs = refset.scan(str(path))
+    assert list(rs.metadata) == ["PRIMARY"]
+    said = [str(w.message) for w in caught]
+    assert any("'HC' is left out: tile compression HCOMPRESS_1 has no numcodecs codec" in m for m in said)
+    assert any("'PLIO' is left out: tile compression PLIO_1" in m for m in said)
+    assert any("'QUANT' is left out: its values are quantized per tile (ZSCALE, ZZERO)" in m for m in said)
+    assert any("'ODD' is left out: its tiles of [5, 7] pixels do not divide its [12, 40]" in m for m in said)
+    skipped = refset.open_dataset(rs).attrs["fits_skipped_hdus"]
+    assert [s.split(" ")[0] for s in skipped] == ["HC", "PLIO", "QUANT", "ODD"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        refset.scan(str(path), drop_variables=["HC", "PLIO", "QUANT", "ODD"])
+
+
+def test_tile_table_fuzz(tmp_path: Path) -> None:
+    """Bit flips in the rows and heaps of tile-compressed images: astropy's values for every image
+    refset reads, or a refset error naming the file; never another exception."""
+    src = tmp_path / "f.fits"
+    _write(src, quantized=False)
+    data = src.read_bytes()
+    regions = []
+    with fits.open(src, disable_image_compression=True) as hdul:
+        for hdu in hdul[1:]:
+            if hdu.header.get("ZIMAGE"):
+                start = hdu.fileinfo()["datLoc"]
+                regions.append((start, start + hdu.header["NAXIS1"] * hdu.header["NAXIS2"] + hdu.header["PCOUNT"]))
+    failures, counts = [], {"right": 0, "refset error": 0}
+    case = tmp_path / "case.fits"
+    for seed in range(FUZZ_CASES):
+        rng = random.Random(seed)
+        b = bytearray(data)
+        lo, hi = rng.choice(regions)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(lo, hi) if rng.random() < 0.5 else rng.randrange(lo, min(hi, lo + 64))  # rows
+            b[at] = rng.choice((b[at] ^ (1 << rng.randrange(8)), rng.randrange(256), 0, 255))
+        case.write_bytes(bytes(b))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # images left out
+                rs = refset.scan(str(case))
+        except RefsetError as e:
+            counts["refset error"] += 1
+            if str(case) not in str(e):
+                failures.append(f"seed {seed}: unnamed {e}")
+            continue
+        except Exception as e:
+            failures.append(f"seed {seed}: bare {type(e).__name__}: {e}")
+            continue
+        for name in rs.metadata:
+            try:
+                got = refset.open_dataset(rs, mask_and_scale=False)[name].values
+            except RefsetError:
+                counts["refset error"] += 1
+                continue
+            except Exception as e:
+                failures.append(f"seed {seed}: bare {type(e).__name__} reading {name}: {e}")
+                continue
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    with fits.open(case, do_not_scale_image_data=True, memmap=False) as hdul:
+                        w = np.asarray(hdul[name].data)
+            except Exception:
+                continue  # astropy cannot read it: refset read something, and said nothing wrong
+            if w.shape != got.shape or not np.array_equal(w, got, equal_nan=True):
                 failures.append(f"seed {seed}: {name} differs from astropy's")
         counts["right"] += 1
     assert not failures, "\n".join(failures[:10])
