@@ -1,8 +1,8 @@
 """Seeded fuzzing of the TIFF scanner against tifffile: byte flips, runs of 0x00/0xFF and truncations,
 mostly in the header and the directories (where the parser reads), of TIFFs written by tifffile in
-every layout the scanner takes and of the corpus's COGs. Each case must end in tifffile's values for
-every image refset reads, or a refset error naming the file; never another exception, never other
-values where tifffile reads the image. ``FUZZ_SCALE=N`` runs N times as many cases.
+every layout the scanner takes (JPEG ones included) and of the corpus's COGs. Each case must end in
+tifffile's values for every image refset reads, or a refset error naming the file; never another
+exception, never other values where tifffile reads the image. ``FUZZ_SCALE=N`` runs N times as many cases.
 
 Images claiming more than :data:`MAX_READ` bytes are scanned but not read (by either side): a flipped
 width is a valid header for a 4-gigapixel image, which both would allocate.
@@ -26,6 +26,8 @@ tifffile = pytest.importorskip("tifffile")
 pytest.importorskip("imagecodecs")
 
 from tests.scan.tiff.test_tiff import COGS, _pyramid, _write  # noqa: E402
+from tests.scan.tiff.test_tiff_jpeg import _data, _write_with_tables  # noqa: E402
+from tests.scan.tiff.test_tiff_jpeg import _write as _write_jpeg  # noqa: E402
 
 CASES_PER_RUN = 300 * int(os.environ.get("FUZZ_SCALE", "1"))
 MAX_READ = 64 << 20
@@ -37,6 +39,13 @@ def _sources(d: Path) -> list[Path]:
         p = d / f"{name}.tif"
         _write(p, name)
         out.append(p)
+    for name in ("ycbcr-tiled", "rgb-strips"):  # JPEG: YCbCr; RGB (its first strip's JFIF test)
+        p = d / f"jpeg-{name}.tif"
+        _write_jpeg(p, name)
+        out.append(p)
+    p = d / "jpeg-tables.tif"  # JPEG with a JPEGTables tag
+    _write_with_tables(p, _data((64, 64, 3), 9), tile=(32, 32))
+    out.append(p)
     p = d / "pyramid.tif"
     _pyramid(p)
     return [*out, p, *COGS]

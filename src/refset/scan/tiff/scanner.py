@@ -2,21 +2,32 @@
 
 Each image directory (IFD) is an array named by its index (``"0"``, ``"1"``, ... as tifffile and
 kerchunk's ``tiff_to_zarr`` name the levels of a pyramid): its tiles or strips are its chunks, with
-their compression (none, Deflate, zstd; LZW and PackBits through imagecodecs' numcodecs codecs) and
-horizontal or floating-point predictor as zarr filters. Shapes are tifffile's: ``(y, x)``,
+their compression (none, Deflate, zstd; LZW, PackBits and 8-bit JPEG through imagecodecs' numcodecs
+codecs) and horizontal or floating-point predictor as zarr filters. Shapes are tifffile's: ``(y, x)``,
 ``(y, x, band)`` for interleaved samples, ``(band, y, x)`` for planar ones. A georeferenced first image
 gets ``x``/``y`` coordinates of its pixel centres, a ``spatial_ref`` variable holding ``GeoTransform`` and
 the EPSG code where the GeoKeys give one (``grid_mapping`` names it, as rioxarray and GDAL write it),
 and every array its GeoKeys as attributes; GDAL's nodata tag is the fill value. Only the directories
-are read (one request for a COG's header, whose directories come first).
+are read (one request for a COG's header, whose directories come first), and 4 bytes of the first tile
+or strip of a JPEG image whose photometric interpretation is RGB.
 
-What cannot be referenced exactly is refused naming the image and the reason: JPEG and other
+JPEG (compression 7) is decoded as tifffile decodes it: the JPEGTables tag and the colour conversion
+tifffile chooses (``jpeg_decode_colorspace``: YCbCr and JFIF RGB to RGB, Adobe RGB as is, CMYK, separate
+planes as grey; for an RGB image the first tile's or strip's JFIF marker decides, one 4-byte read) go
+into the ``imagecodecs_jpeg`` codec's config.
+
+What cannot be referenced exactly is refused naming the image and the reason: old-style JPEG and other
 compressions without a numcodecs codec here, bit depths other than 8/16/32/64, a last strip holding
-fewer rows than the others (a zarr chunk is whole), predictors on big-endian files.
+fewer rows than the others (a zarr chunk is whole), predictors on big-endian files; and for JPEG,
+samples other than 8-bit unsigned (12-bit JPEG), extra samples (alpha), photometric interpretations
+and sample counts other than greyscale, RGB, YCbCr and CMYK, predictors, Hamamatsu NDPI streams, and
+tiles or strips 65,500 pixels or more across (cases where tifffile's decoding differs from the codec's,
+or is not shown to be the same).
 """
 
 from __future__ import annotations
 
+import base64
 import math
 from typing import Any, ClassVar
 
@@ -37,6 +48,7 @@ WIDTH, LENGTH, BITS, COMPRESSION, PHOTOMETRIC, SAMPLES, ROWS_PER_STRIP = 256, 25
 STRIP_OFFSETS, STRIP_COUNTS, PLANAR, PREDICTOR, TILE_WIDTH, TILE_LENGTH = 273, 279, 284, 317, 322, 323
 TILE_OFFSETS, TILE_COUNTS, SAMPLE_FORMAT, SUBFILE, DESCRIPTION = 324, 325, 339, 254, 270
 GDAL_METADATA, GDAL_NODATA, IMAGE_DEPTH = 42112, 42113, 32997
+JPEG, JPEG_TABLES, EXTRA_SAMPLES, NDPI_MCU_STARTS = 7, 347, 338, 65426
 
 #: TIFF compression code -> the zarr v2 codec that decodes it (None: stored as is).
 COMPRESSIONS: dict[int, dict[str, Any] | None] = {
@@ -46,9 +58,10 @@ COMPRESSIONS: dict[int, dict[str, Any] | None] = {
     50000: {"id": "zstd", "level": 0},  # libtiff's ZSTD
     5: {"id": "imagecodecs_lzw"},
     32773: {"id": "imagecodecs_packbits"},
+    JPEG: {"id": "imagecodecs_jpeg"},  # completed per image by _jpeg: tables and colour spaces
 }
 _OFFSET_TYPES = (3, 4, 16)  # SHORT, LONG, LONG8 (TIFF 6.0 and BigTIFF)
-_NAMES = {6: "old-style JPEG", 7: "JPEG", 34887: "LERC", 34925: "LZMA", 50001: "WebP", 50002: "JPEG XL",
+_NAMES = {6: "old-style JPEG", 34887: "LERC", 34925: "LZMA", 50001: "WebP", 50002: "JPEG XL",
           2: "CCITT RLE", 3: "CCITT Group 3", 4: "CCITT Group 4"}
 
 
@@ -103,6 +116,9 @@ def _dtype(ifd: Ifd, name: str) -> np.dtype[Any]:
     if len(set(bits.tolist())) != 1 or len(set(fmt.tolist())) != 1:
         raise cannot(name, f"its {spp} samples differ in bits ({bits.tolist()}) or format ({fmt.tolist()})")
     b, f = int(bits[0]), int(fmt[0])
+    if ifd.one(COMPRESSION, 1) == JPEG and (b, f) != (8, 1):
+        kind_name = {1: "unsigned", 2: "signed", 3: "floating-point"}.get(f, f"format-{f}")
+        raise cannot(name, f"JPEG (7) of {b}-bit {kind_name} samples (only 8-bit unsigned JPEG is referenced)")
     kind = {1: "u", 2: "i", 3: "f"}.get(f)
     if kind is None:
         raise cannot(name, f"sample format {f} (only unsigned, signed and IEEE float are referenced)")
@@ -111,11 +127,15 @@ def _dtype(ifd: Ifd, name: str) -> np.dtype[Any]:
     return np.dtype(f"{ifd.endian if b > 8 else '|'}{kind}{b // 8}")
 
 
-def _codecs(ifd: Ifd, name: str, dtype: np.dtype[Any], chunks: tuple[int, ...], axis: int) -> list[dict[str, Any]]:
-    """The zarr v2 filters, in encoding order: the predictor, then the compression."""
+def _codecs(ifd: Ifd, name: str, dtype: np.dtype[Any], chunks: tuple[int, ...], axis: int,
+            first: tuple[int, int]) -> list[dict[str, Any]]:
+    """The zarr v2 filters, in encoding order: the predictor, then the compression. ``first``: the offset
+    and byte count of the first tile or strip (JPEG's JFIF test)."""
     code = ifd.one(COMPRESSION, 1)
     if code not in COMPRESSIONS:
         raise cannot(name, f"{_NAMES.get(code, 'compression')} ({code}) has no numcodecs codec here")
+    if code == JPEG:
+        return [_jpeg(ifd, name, chunks, first)]
     out: list[dict[str, Any]] = []
     predictor = ifd.one(PREDICTOR, 1)
     if predictor != 1:
@@ -131,6 +151,58 @@ def _codecs(ifd: Ifd, name: str, dtype: np.dtype[Any], chunks: tuple[int, ...], 
     if comp is not None:
         out.append(dict(comp))
     return out
+
+
+#: photometric interpretation -> the samples per pixel JPEG is referenced with (greyscale, RGB, CMYK, YCbCr)
+_JPEG_SAMPLES = {0: 1, 1: 1, 2: 3, 5: 4, 6: 3}
+
+
+def _jpeg(ifd: Ifd, name: str, chunks: tuple[int, ...], first: tuple[int, int]) -> dict[str, Any]:
+    """imagecodecs' JPEG codec (``imagecodecs.numcodecs.Jpeg``) decoding the image's tiles or strips as
+    tifffile's ``TiffPage.decode`` does: the same libjpeg call (``jpeg8_decode``) with the JPEGTables tag
+    and the colour spaces of ``tifffile.jpeg_decode_colorspace``. What tifffile decodes another way is
+    refused."""
+    photometric, spp = ifd.one(PHOTOMETRIC, 0), ifd.one(SAMPLES, 1)  # tifffile's defaults
+    planar, predictor = ifd.one(PLANAR, 1), ifd.one(PREDICTOR, 1)
+    if ifd.has(EXTRA_SAMPLES):
+        raise cannot(name, "JPEG (7) with extra samples (alpha): tifffile leaves their colour conversion to "
+                           "libjpeg's guess")
+    if _JPEG_SAMPLES.get(photometric) != spp:
+        raise cannot(name, f"JPEG (7) of photometric interpretation {photometric} with {spp} samples per pixel "
+                           "(referenced: 1-sample greyscale, 3-sample RGB or YCbCr, 4-sample CMYK)")
+    if planar not in (1, 2):
+        raise cannot(name, f"JPEG (7) with planar configuration {planar}")
+    if predictor != 1:
+        raise cannot(name, f"predictor {predictor} with JPEG (7): a lossy codec has no predictor to undo")
+    if ifd.has(NDPI_MCU_STARTS):
+        raise cannot(name, "a Hamamatsu NDPI JPEG stream (tifffile splits it at its McuStarts)")
+    if max(chunks) >= 65500:
+        raise cannot(name, f"JPEG (7) tiles or strips of {chunks} pixels (65,500 or more across: tifffile "
+                           "passes their size to libjpeg)")
+    colorspace_jpeg: int | None = None
+    colorspace_data: int | None = {2: 2, 5: 4, 6: 2}.get(photometric)  # YCbCr, RGB -> RGB; CMYK as is
+    if photometric == 2 and not _jfif(ifd, first):
+        colorspace_jpeg = 2  # RGB without a JFIF marker (Adobe's, Aperio SVS): not YCbCr
+    if planar == 2:
+        colorspace_data = 1  # each plane greyscale
+    out: dict[str, Any] = {"id": "imagecodecs_jpeg"}
+    if ifd.has(JPEG_TABLES):
+        if ifd.entries[JPEG_TABLES].type not in (1, 7):
+            raise Broken(f"tag {JPEG_TABLES}: values of type {ifd.entries[JPEG_TABLES].type}, expected bytes")
+        tables = ifd.values(JPEG_TABLES).tobytes()
+        if tables:
+            out["tables"] = base64.b64encode(tables).decode()  # as Jpeg.get_config writes it
+    out.update(bitspersample=8, colorspace_jpeg=colorspace_jpeg, colorspace_data=colorspace_data)
+    return out
+
+
+def _jfif(ifd: Ifd, first: tuple[int, int]) -> bool:
+    """tifffile's ``TiffPage.is_jfif``: whether the image's first tile or strip (the first, even when
+    absent: then no) holds a JFIF APP0 marker (``JFIF`` at byte 6)."""
+    offset, count = first
+    if offset == 0 or count < 11:
+        return False
+    return ifd.read_at(offset + 6, 4) == b"JFIF"
 
 
 def _fill(ifd: Ifd, dtype: np.dtype[Any]) -> tuple[Any, bool]:
@@ -192,7 +264,8 @@ def _image(out: SetWriter, ifd: Ifd, k: int, name: str, base: tuple[int, int], g
         shape, chunks, grid, dims, axis = (h, w, spp), (tl, tw, spp), (down, across, 1), [ydim, xdim, bdim], -2
     else:
         shape, chunks, grid, dims, axis = (h, w), (tl, tw), (down, across), [ydim, xdim], -1
-    filters = _codecs(ifd, name, dtype, chunks, axis)
+    first = (int(offsets[0]), int(counts[0])) if offsets.size else (0, 0)
+    filters = _codecs(ifd, name, dtype, chunks, axis, first)
     fill, nodata = _fill(ifd, dtype)
     attrs: dict[str, Any] = {"tiff_directory": k, "NewSubfileType": ifd.one(SUBFILE, 0),
                              "Photometric": ifd.one(PHOTOMETRIC, 1) if ifd.has(PHOTOMETRIC) else None}
