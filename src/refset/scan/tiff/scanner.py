@@ -2,7 +2,7 @@
 
 Each image directory (IFD) is an array named by its index (``"0"``, ``"1"``, ... as tifffile and
 kerchunk's ``tiff_to_zarr`` name the levels of a pyramid): its tiles or strips are its chunks, with
-their compression (none, Deflate, zstd; LZW, PackBits and 8-bit JPEG through imagecodecs' numcodecs
+their compression (none, Deflate, zstd; LZW, PackBits and 8- and 12-bit JPEG through imagecodecs' numcodecs
 codecs) and horizontal or floating-point predictor as zarr filters. Shapes are tifffile's: ``(y, x)``,
 ``(y, x, band)`` for interleaved samples, ``(band, y, x)`` for planar ones. A georeferenced first image
 gets ``x``/``y`` coordinates of its pixel centres, a ``spatial_ref`` variable holding ``GeoTransform`` and
@@ -19,7 +19,7 @@ into the ``imagecodecs_jpeg`` codec's config.
 What cannot be referenced exactly is refused naming the image and the reason: old-style JPEG and other
 compressions without a numcodecs codec here, bit depths other than 8/16/32/64, a last strip holding
 fewer rows than the others (a zarr chunk is whole), predictors on big-endian files; and for JPEG,
-samples other than 8-bit unsigned (12-bit JPEG), extra samples (alpha), photometric interpretations
+samples other than 8- or 12-bit unsigned, extra samples (alpha), photometric interpretations
 and sample counts other than greyscale, RGB, YCbCr and CMYK, predictors, Hamamatsu NDPI streams, and
 tiles or strips 65,500 pixels or more across (cases where tifffile's decoding differs from the codec's,
 or is not shown to be the same).
@@ -116,9 +116,12 @@ def _dtype(ifd: Ifd, name: str) -> np.dtype[Any]:
     if len(set(bits.tolist())) != 1 or len(set(fmt.tolist())) != 1:
         raise cannot(name, f"its {spp} samples differ in bits ({bits.tolist()}) or format ({fmt.tolist()})")
     b, f = int(bits[0]), int(fmt[0])
-    if ifd.one(COMPRESSION, 1) == JPEG and (b, f) != (8, 1):
-        kind_name = {1: "unsigned", 2: "signed", 3: "floating-point"}.get(f, f"format-{f}")
-        raise cannot(name, f"JPEG (7) of {b}-bit {kind_name} samples (only 8-bit unsigned JPEG is referenced)")
+    if ifd.one(COMPRESSION, 1) == JPEG:
+        if (b, f) not in ((8, 1), (12, 1)):
+            kind_name = {1: "unsigned", 2: "signed", 3: "floating-point"}.get(f, f"format-{f}")
+            raise cannot(name, f"JPEG (7) of {b}-bit {kind_name} samples (8- and 12-bit unsigned JPEG are "
+                               "referenced)")
+        return np.dtype("u1" if b == 8 else "<u2")  # libjpeg gives 12-bit samples as native uint16
     kind = {1: "u", 2: "i", 3: "f"}.get(f)
     if kind is None:
         raise cannot(name, f"sample format {f} (only unsigned, signed and IEEE float are referenced)")
@@ -192,7 +195,7 @@ def _jpeg(ifd: Ifd, name: str, chunks: tuple[int, ...], first: tuple[int, int]) 
         tables = ifd.values(JPEG_TABLES).tobytes()
         if tables:
             out["tables"] = base64.b64encode(tables).decode()  # as Jpeg.get_config writes it
-    out.update(bitspersample=8, colorspace_jpeg=colorspace_jpeg, colorspace_data=colorspace_data)
+    out.update(bitspersample=int(ifd.ints(BITS, 1)[0]), colorspace_jpeg=colorspace_jpeg, colorspace_data=colorspace_data)
     return out
 
 
