@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,12 +36,13 @@ class Broken(ValueError):
     """The file is not a valid TIFF: ``str(self)`` says why."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     tag: int
     type: int
     count: int
     at: int  # where the value is: in the entry itself or at an offset in the file
+    inline: bytes | None = None  # the value's bytes when the entry holds them
 
 
 @dataclass
@@ -54,6 +55,8 @@ class Ifd:
     read_at: Callable[[int, int], bytes]
     size: int  # of the file
     end: int = 0  # where the directory's block ends
+    _decoded: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    _ints: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def spans(self) -> list[tuple[int, int]]:
         """``[start, end)`` of the directory's block and of every value it holds outside it."""
@@ -69,36 +72,53 @@ class Ifd:
 
     def values(self, tag: int) -> np.ndarray:
         """The values of ``tag`` as a 1-d array (RATIONALs as float64 numerator/denominator)."""
+        got = self._decoded.get(tag)
+        if got is not None:
+            return got
         e = self.entries[tag]
         char, width = _TYPES[e.type]
         n = e.count * width
-        if e.at + n > self.size:
-            raise Broken(f"tag {tag}: its {e.count} values lie past the end of the file")
-        raw = self.read_at(e.at, n)
-        if len(raw) != n:
-            raise Broken(f"tag {tag}: its values lie past the end of the file")
+        if e.inline is not None:
+            raw = e.inline[:n]
+        else:
+            if e.at + n > self.size:
+                raise Broken(f"tag {tag}: its {e.count} values lie past the end of the file")
+            raw = self.read_at(e.at, n)
+            if len(raw) != n:
+                raise Broken(f"tag {tag}: its values lie past the end of the file")
         if e.type in (5, 10):  # (numerator, denominator) pairs
             pairs = np.frombuffer(raw, self.endian + char).reshape(-1, 2).astype(np.float64)
             with np.errstate(divide="ignore", invalid="ignore"):
-                return pairs[:, 0] / pairs[:, 1]
-        return np.frombuffer(raw, self.endian + char) if char != "S1" else np.frombuffer(raw, "S1")
+                got = pairs[:, 0] / pairs[:, 1]
+        else:
+            got = np.frombuffer(raw, self.endian + char) if char != "S1" else np.frombuffer(raw, "S1")
+        got.flags.writeable = False  # kept for the next caller
+        self._decoded[tag] = got
+        return got
 
     def ints(self, tag: int, default: int | None = None, types: tuple[int, ...] = (1, 3, 4, 16)) -> np.ndarray:
         """The values of an integer tag; ``default`` (one value) when absent. ``types``: the field types
         the tag may have (unsigned BYTE, SHORT, LONG, LONG8 by default; the specification names one or
         two per tag, and another type is a broken entry, not a value to reinterpret)."""
-        if tag not in self.entries:
+        e = self.entries.get(tag)
+        if e is None:
             if default is None:
                 raise Broken(f"tag {tag} is missing")
             return np.array([default], np.int64)
-        if self.entries[tag].type not in types:
-            raise Broken(f"tag {tag}: values of type {self.entries[tag].type}, expected one of {types}")
-        v = self.values(tag)
-        if v.size and v.dtype == np.uint64 and int(v.max()) >= 1 << 63:
-            raise Broken(f"tag {tag}: a value past 2**63")
-        return v.astype(np.int64)
+        if e.type not in types:
+            raise Broken(f"tag {tag}: values of type {e.type}, expected one of {types}")
+        got = self._ints.get(tag)
+        if got is None:
+            v = self.values(tag)
+            if v.size and v.dtype == np.uint64 and int(v.max()) >= 1 << 63:
+                raise Broken(f"tag {tag}: a value past 2**63")
+            got = self._ints[tag] = v.astype(np.int64)
+            got.flags.writeable = False  # kept for the next caller
+        return got
 
     def one(self, tag: int, default: int | None = None) -> int:
+        if default is not None and tag not in self.entries:
+            return default
         v = self.ints(tag, default)
         if v.size < 1:
             raise Broken(f"tag {tag} has no value")
@@ -168,11 +188,11 @@ def read_ifds(read_at: Callable[[int, int], bytes], size: int) -> list[Ifd]:
                 raise Broken(f"directory {len(out)}: tag {tag} claims {count} values")
             nbytes = count * _TYPES[typ][1]
             if nbytes <= inline:
-                where = at + csize + i * entry_size + (12 if big else 8)
-            else:
-                where = struct.unpack(endian + ("Q" if big else "I"), value)[0]
-                if where + nbytes > size:
-                    raise Broken(f"directory {len(out)}: the values of tag {tag} lie past the end of the file")
+                entries[tag] = Entry(tag, typ, count, at + csize + i * entry_size + (12 if big else 8), value)
+                continue
+            where = struct.unpack(endian + ("Q" if big else "I"), value)[0]
+            if where + nbytes > size:
+                raise Broken(f"directory {len(out)}: the values of tag {tag} lie past the end of the file")
             entries[tag] = Entry(tag, typ, count, where)
         out.append(Ifd(at, entries, endian, read_at, size, at + csize + body_size))
         at = struct.unpack(endian + next_fmt, body[n * entry_size:])[0]
