@@ -4,7 +4,8 @@ A scanner class says whether a file is its kind (:meth:`Scanner.probe`, from the
 an instance holds its options (given to the constructor) and scans files (:meth:`Scanner.__call__`).
 One instance may scan many files and keep what files of one product share (parsed HDF5 object headers)
 for the next ones: a run over many files uses one instance per kind, and such memos live as long as
-the run, never in the process. Instances are not thread-safe: one per thread.
+the run, never in the process. Instances are not thread-safe (one per thread) unless their class says
+:attr:`Scanner.shared`.
 
 The registry (:mod:`refset.scan.registry`) lists the built-in scanners and those installed under the
 ``refset.scanners`` entry-point group.
@@ -40,6 +41,10 @@ class Scanner(ABC):
 
     name: ClassVar[str]
     options: ClassVar[frozenset[str]] = frozenset()
+    #: Whether one instance may scan files on several threads at once (it keeps nothing of a file on
+    #: itself, only memos each read or written whole): the threads of ``Scan.many`` then share one, so
+    #: that what one file teaches (a GRIB grid's coordinates, an inventory's template) serves them all.
+    shared: ClassVar[bool] = False
 
     #: The options this instance was made with (it pickles as them: a run's memos stay behind).
     config: dict[str, Any]

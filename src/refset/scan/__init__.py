@@ -9,6 +9,7 @@ same way), reading only the bytes the metadata needs (:mod:`.file`).
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -60,7 +61,8 @@ def scan(
 class Scan:
     """A run of scans with one set of options: ``Scan(**options)(url)`` for each file. It keeps one
     scanner per kind of file for the run (files of one product share parsed headers), never longer:
-    a new ``Scan`` starts afresh. Not thread-safe (one per thread); pickles as its options."""
+    a new ``Scan`` starts afresh. Not thread-safe (one per thread; :meth:`many`'s threads share the
+    run's scanners whose class says ``shared``); pickles as its options."""
 
     def __init__(self, *, inline_threshold: int = INLINE_THRESHOLD, group: str | None = None,
                  drop_variables: Iterable[str] | str = (), subchunk: int | None = None,
@@ -82,15 +84,24 @@ class Scan:
         #: most round trips one of them took (its requests of a round are sent together)
         self.files = self.requests = self.nbytes = self.rounds = 0
         self._threads: list[Scan] = []  # the runs of :meth:`many`'s threads while it runs
+        self._lead: Scan | None = None  # a thread's run: the run of many() whose shared scanners it uses
+        self._lock = threading.Lock()
 
     def scanner(self, cls: type[Scanner]) -> Scanner:
         """This run's scanner of class ``cls``, made with the options it takes."""
         got = self._scanners.get(cls)
+        if got is None and cls.shared and self._lead is not None:
+            got = self._scanners[cls] = self._lead.scanner(cls)
         if got is None:
-            common = ("inline_threshold", "drop_variables", "subchunk")
-            mine = {k: v for k, v in self.options.items() if k in common or k in cls.options}
-            got = self._scanners[cls] = cls(**mine)
+            with self._lock:  # a shared scanner is made once for the threads asking at once
+                got = self._scanners.get(cls)
+                if got is None:
+                    got = self._scanners[cls] = self._make(cls)
         return got
+
+    def _make(self, cls: type[Scanner]) -> Scanner:
+        common = ("inline_threshold", "drop_variables", "subchunk")
+        return cls(**{k: v for k, v in self.options.items() if k in common or k in cls.options})
 
     def __call__(self, url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None,
                  ) -> ReferenceSet:
@@ -210,7 +221,6 @@ class Scan:
             for u in items:
                 yield scan_with(self, u)
             return
-        import threading
         from concurrent.futures import ThreadPoolExecutor
 
         local = threading.local()
@@ -220,6 +230,7 @@ class Scan:
             run = getattr(local, "run", None)
             if run is None:
                 run = local.run = _remake(self.head_bytes, self.options)
+                run._lead = self  # scanners that say they are shared serve every thread of this call
                 runs.append(run)
             return scan_with(run, u)
 

@@ -72,6 +72,38 @@ def test_the_inventory_saves_reading_the_messages(tmp_path: Path) -> None:
         assert srv.requests <= 4
 
 
+def test_the_threads_of_many_share_what_a_file_teaches(tmp_path: Path) -> None:
+    """Scan.many's threads share the run's GRIB scanner: a directory without sidecars costs one probe
+    for all of them (not one a thread), and a product with sidecars is learnt from one file while the
+    threads that started with it wait, so that many threads cost the requests and bytes of one, and
+    every set equals the file's own scan."""
+    from tests.httpserver import RangeServer
+
+    bare, product = tmp_path / "bare", tmp_path / "idx"
+    bare.mkdir()
+    product.mkdir()
+    files = []
+    for k in range(12):
+        files.append(bare / f"fc{k}.grib2")
+        forecast(files[-1], date=20240101 + k, seed=k)
+    with_idx = _product(product, days=12)
+    with RangeServer(tmp_path) as srv:
+        urls = [f"{srv.url}/bare/{f.name}" for f in files]
+        sets = list(Scan().many(urls, concurrency=6))
+        assert srv.requests == len(files) + 1, srv.requests  # each file's head, and one sidecar probe
+        for f, u, rs in zip(files, urls, sets, strict=True):
+            assert rs.to_dict() == refset.rename_urls(refset.scan(str(f)), {str(f): u}).to_dict()
+        urls = [f"{srv.url}/idx/{f.name}" for f in with_idx]
+        costs = []
+        for threads in (1, 6):
+            srv.reset()
+            sets = list(Scan(head_bytes=1024).many(urls, concurrency=threads))
+            costs.append((srv.requests, srv.bytes))
+            for f, u, rs in zip(with_idx, urls, sets, strict=True):
+                assert rs.to_dict() == refset.rename_urls(refset.scan(str(f)), {str(f): u}).to_dict()
+    assert costs[1] == costs[0], costs  # one file read whole in both: the others from their inventories
+
+
 def test_an_inventory_that_does_not_fit_scans_the_file_whole(tmp_path: Path) -> None:
     files = _product(tmp_path, 3)
     run = Scan()

@@ -19,6 +19,7 @@ whose messages are cut, is :class:`~refset.errors.InvalidFile`.
 from __future__ import annotations
 
 import datetime as _dt
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -273,6 +274,7 @@ class GribScanner(FlatScanner):
 
     name: ClassVar[str] = "grib"
     title: ClassVar[str] = "GRIB"
+    shared: ClassVar[bool] = True  # memos only (grids, templates, directories without sidecars)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -282,19 +284,71 @@ class GribScanner(FlatScanner):
         # and the messages' keys of files whose .idx sidecars agreed with them, by the inventory's shape
         self._templates: dict[tuple[Any, ...], list[_Message]] = {}
         self._no_idx: set[str] = set()  # directories of remote files that had no sidecar
+        self._with_idx: set[str] = set()  # and that had one
+        # what threads sharing this scanner (Scan.many) are making now: a grid, a template; the others
+        # asking for the same wait for it rather than make it again (64 threads, one HRRR grid each)
+        self._making: dict[tuple[str, Any], threading.Event] = {}
+
+    def _grid(self, gid: tuple[Any, ...], data: bytes) -> _Grid:
+        """The coordinates of grid ``gid`` (of the message ``data``), computed once a run where its
+        definition has a digest."""
+        if not gid[3]:
+            return _geography(data)
+        got = self._grids.get(gid)
+        if got is not None:
+            return got
+        mine = self._claim(("grid", gid))
+        if mine is None:  # another thread computed it meanwhile
+            got = self._grids.get(gid)
+            if got is not None:
+                return got
+        try:
+            got = _geography(data)
+            if len(self._grids) >= _MEMO_GRIDS:
+                self._grids.clear()
+            self._grids[gid] = got
+            return got
+        finally:
+            self._release(("grid", gid), mine)
+
+    def _claim(self, what: tuple[str, Any]) -> threading.Event | None:
+        """An event to set once ``what`` is made, when this thread is to make it; None after waiting
+        for the thread that was making it."""
+        mine = threading.Event()
+        theirs = self._making.setdefault(what, mine)
+        if theirs is mine:
+            return mine
+        theirs.wait()
+        return None
+
+    def _release(self, what: tuple[str, Any], mine: threading.Event | None) -> None:
+        if mine is not None:
+            self._making.pop(what, None)
+            mine.set()
 
     def _sidecar(self, file: ScanFile) -> list[IdxLine] | None:
         """The sidecar's lines (:func:`_sidecar`); a remote file's looked for unless another file of its
-        directory had none (one request a directory, not one a file, where a product has no sidecars)."""
+        directory had none (one request a directory, not one a file, where a product has no sidecars:
+        threads sharing the scanner wait for the first probe of a directory)."""
+        if file.local:
+            return _sidecar(file)
         where = file.store.url.rpartition("/")[0]
-        if not file.local and where in self._no_idx:
+        if where in self._no_idx:
             return None
-        got = _sidecar(file)
-        if got is None and not file.local:
-            if len(self._no_idx) >= 1024:
-                self._no_idx.clear()
-            self._no_idx.add(where)
-        return got
+        mine = None
+        if where not in self._with_idx:
+            mine = self._claim(("probe", where))
+            if mine is None and where in self._no_idx:
+                return None
+        try:
+            got = _sidecar(file)
+            seen = self._with_idx if got is not None else self._no_idx
+            if len(seen) >= 1024:
+                seen.clear()
+            seen.add(where)
+            return got
+        finally:
+            self._release(("probe", where), mine)
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
@@ -309,10 +363,23 @@ class GribScanner(FlatScanner):
             raise Unsupported("GRIB files need ecCodes: pip install 'refset[grib]'") from None
         drop = DropList(self.drop)
         lines = self._sidecar(file)
+        learning: threading.Event | None = None
         if lines is not None:
             got = self._from_template(file, lines)
+            if got is None:  # learn the template, or wait for the thread learning it and use it
+                learning = self._claim(("template", shape_of(lines)))
+                if learning is None:
+                    got = self._from_template(file, lines)
             if got is not None:
                 return self._built(file, got[0], got[1], drop)
+        try:
+            return self._whole(file, lines, drop)
+        finally:
+            if lines is not None:
+                self._release(("template", shape_of(lines)), learning)
+
+    def _whole(self, file: ScanFile, lines: list[IdxLine] | None, drop: DropList) -> ReferenceSet:
+        """The set of ``file`` from all its messages (each read; the template of ``lines`` learnt)."""
         try:
             # a scan reads every message whole: a remote file's first _WHOLE bytes in one request, so
             # that framing (a header per message) costs no round trip of its own
@@ -336,12 +403,7 @@ class GribScanner(FlatScanner):
                 try:
                     k, gid = _keys(data)
                     if gid not in grids:
-                        memo = self._grids.get(gid) if gid[3] else None
-                        grids[gid] = memo if memo is not None else _geography(data)
-                        if gid[3] and memo is None:
-                            if len(self._grids) >= _MEMO_GRIDS:
-                                self._grids.clear()
-                            self._grids[gid] = grids[gid]
+                        grids[gid] = self._grid(gid, data)
                 except Unsupported:
                     raise
                 except Exception as e:
@@ -448,7 +510,7 @@ class GribScanner(FlatScanner):
             if gid != m.grid or any(got.get(name) != m.keys.get(name) for name in (*_KEYS_STR, *_KEYS_INT, "step",
                                                                                    "level", "number")):
                 return None
-            grids[gid] = self._grids.get(gid) or _geography(data)
+            grids[gid] = self._grid(gid, data)
         return out, grids
 
 
