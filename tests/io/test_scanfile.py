@@ -71,3 +71,25 @@ def test_a_read_across_the_head_and_a_span() -> None:
     assert sf.cached(900, 300) == data[900:1200]  # head, then the span after it
     assert sf.cached(900, 2200) is None  # past the span: not in hand
     assert sf.read_ranges([990, 2990], [20, 20]) == [data[990:1010], data[2990:3010]]
+
+
+def test_a_small_rest_is_read_whole_on_the_first_miss() -> None:
+    """A file whose bytes past the head fit in the block a miss fetches is read whole then: its
+    later reads (here the middle, after the end) cost no request; a larger file is read by blocks."""
+    data = bytes(range(256)) * 600  # 153,600 bytes: a 64 KiB head and 88 KiB after it
+    with fsspec.open("memory://scanfile-small.bin", "wb") as f:
+        f.write(data)
+    sf = ScanFile(FsspecStore("memory://scanfile-small.bin"), 65536)
+    opened = sf.requests  # the head (and the size: memory:// does not say it with the head)
+    assert sf.read_at(150_000, 100) == data[150_000:150_100]
+    assert sf.read_at(70_000, 5000) == data[70_000:75_000]
+    assert sf.read_ranges([65_536], [100]) == [data[65_536:65_636]]
+    assert (sf.requests - opened, sf.nbytes) == (1, len(data))
+    big = bytes(range(256)) * 4000  # 1 MB: past the head, more than a block
+    with fsspec.open("memory://scanfile-big.bin", "wb") as f:
+        f.write(big)
+    sf = ScanFile(FsspecStore("memory://scanfile-big.bin"), 65536)
+    opened = sf.requests
+    assert sf.read_at(900_000, 100) == big[900_000:900_100]
+    assert sf.read_at(70_000, 100) == big[70_000:70_100]
+    assert sf.requests - opened == 2 and sf.nbytes < len(big)

@@ -170,14 +170,18 @@ class ScanFile:
 
     def read_at(self, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` (fewer at the file's end): a local file's read directly; a
-        remote one's from what is in hand, else fetched from ``offset`` on, at least a block."""
+        remote one's from what is in hand, else fetched from ``offset`` on, at least a block (the rest of
+        the file past its head when that is no more than a block)."""
         length = max(0, min(length, self.size - offset))
         if self.local:
             self.file.seek(offset)
             return bytes(self.file.read(length))
         got = self.cached(offset, length)
         if got is None:
-            self.prefetch([(offset, offset + max(length, _BLOCK))])
+            if self.size - len(self.head) <= _BLOCK:  # the rest fits in the block a miss fetches: all of it,
+                self.prefetch([(len(self.head), self.size)])  # so that no later read waits on a request
+            else:
+                self.prefetch([(offset, offset + max(length, _BLOCK))])
             got = self.cached(offset, length)
             assert got is not None  # just fetched (a short answer raised)
         return got
