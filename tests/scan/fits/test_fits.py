@@ -245,6 +245,19 @@ def test_tile_compressed_images_read_as_astropy_reads_them(tmp_path: Path, kind:
     np.testing.assert_array_equal(zarr.open_group(mapper, mode="r", zarr_format=2)["SCI"][...], want)
 
 
+def test_rice_one_is_rice_1(tmp_path: Path) -> None:
+    """Early cfitsio named Rice ``RICE_ONE``; cfitsio and astropy still read it as RICE_1."""
+    path = tmp_path / "r1.fits"
+    values = np.arange(200, dtype=np.int16).reshape(10, 20) * 7
+    fits.HDUList([fits.PrimaryHDU(), fits.CompImageHDU(values, name="X", compression_type="RICE_1")]).writeto(path)
+    data = bytearray(path.read_bytes())
+    at = data.index(b"ZCMPTYPE= 'RICE_1  '")
+    data[at:at + 20] = b"ZCMPTYPE= 'RICE_ONE'"
+    path.write_bytes(bytes(data))
+    np.testing.assert_array_equal(fits.getdata(path, 1), values)
+    np.testing.assert_array_equal(refset.open_dataset(refset.scan(str(path)))["X"].values, values)
+
+
 def test_tile_compressed_images_left_out_say_why(tmp_path: Path) -> None:
     """No codec (HCOMPRESS_1, PLIO_1), quantized floats, tiles that do not divide the image: left out
     with a warning naming the image and the reason, listed in fits_skipped_hdus; the other images of

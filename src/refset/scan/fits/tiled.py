@@ -107,6 +107,7 @@ def tiles(cards: dict[str, Any], data: int, read_at: Callable[[int, int], bytes]
     if any(n <= 0 for n in size) or any(t <= 0 for t in tile):
         raise Broken(f"an image of {size} pixels in tiles of {tile}")
     kind = str(cards.get("ZCMPTYPE", "")).strip().upper()
+    kind = "RICE_1" if kind == "RICE_ONE" else kind  # the name early cfitsio wrote (it still reads it)
     if kind not in _CODECS:
         raise Unreferenced(f"tile compression {kind or 'unnamed'} has no numcodecs codec here (RICE_1, GZIP_1, "
                            "GZIP_2 and NOCOMPRESS are referenced)")
