@@ -201,10 +201,10 @@ def test_pages_of_one_size_and_other_samples_and_volumes(tmp_path: Path) -> None
 
 
 def test_refused_with_the_image_and_the_reason(tmp_path: Path) -> None:
-    lerc = tmp_path / "lerc.tif"  # (JPEG: tests/scan/tiff/test_tiff_jpeg.py)
-    tifffile.imwrite(lerc, _image((32, 32), "uint8"), tile=(16, 16), compression="lerc")
-    with pytest.raises(Unsupported, match=r"variable '0': LERC \(34887\) has no numcodecs codec here"):
-        refset.scan(str(lerc))
+    j2k = tmp_path / "j2k.tif"  # (JPEG: test_tiff_jpeg.py; LZMA, LERC, WebP, JPEG XL: test_tiff_codecs.py)
+    tifffile.imwrite(j2k, _image((32, 32), "uint8"), tile=(16, 16), compression="jpeg2000")
+    with pytest.raises(Unsupported, match=r"variable '0': JPEG 2000 \(34712\) has no numcodecs codec here"):
+        refset.scan(str(j2k))
     strips = tmp_path / "strips.tif"
     tifffile.imwrite(strips, _image((50, 20), "uint8"), rowsperstrip=16, compression="zlib")
     with pytest.raises(Unsupported, match="its last strip holds 2 of 16 rows"):

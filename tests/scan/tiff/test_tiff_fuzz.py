@@ -1,8 +1,8 @@
 """Seeded fuzzing of the TIFF scanner against tifffile: byte flips, runs of 0x00/0xFF and truncations,
 mostly in the header and the directories (where the parser reads), of TIFFs written by tifffile in
-every layout the scanner takes (JPEG ones included) and of the corpus's COGs. Each case must end in
-tifffile's values for every image refset reads, or a refset error naming the file; never another
-exception, never other values where tifffile reads the image. ``FUZZ_SCALE=N`` runs N times as many cases.
+every layout the scanner takes (JPEG, LZMA, LERC, WebP and JPEG XL ones included) and of the corpus's
+COGs. Each case must end in tifffile's values for every image refset reads, or a refset error naming
+the file; never another exception, never other values where tifffile reads the image. ``FUZZ_SCALE=N`` runs N times as many cases.
 
 Images claiming more than :data:`MAX_READ` bytes are scanned but not read (by either side): a flipped
 width is a valid header for a 4-gigapixel image, which both would allocate.
@@ -23,9 +23,12 @@ import refset
 from refset.errors import RefsetError
 
 tifffile = pytest.importorskip("tifffile")
-pytest.importorskip("imagecodecs")
+imagecodecs = pytest.importorskip("imagecodecs")
 
 from tests.scan.tiff.test_tiff import COGS, _pyramid, _write  # noqa: E402
+from tests.scan.tiff.test_tiff_codecs import CASES as CODEC_CASES  # noqa: E402
+from tests.scan.tiff.test_tiff_codecs import CODECS  # noqa: E402
+from tests.scan.tiff.test_tiff_codecs import _write as _write_codec  # noqa: E402
 from tests.scan.tiff.test_tiff_jpeg import _data, _write_with_tables  # noqa: E402
 from tests.scan.tiff.test_tiff_jpeg import _write as _write_jpeg  # noqa: E402
 
@@ -46,6 +49,13 @@ def _sources(d: Path) -> list[Path]:
     p = d / "jpeg-tables.tif"  # JPEG with a JPEGTables tag
     _write_with_tables(p, _data((64, 64, 3), 9), tile=(32, 32))
     out.append(p)
+    # LZMA with a predictor, LERC with its Deflate layer, WebP RGBA, 16-bit JPEG XL (its sample kind test)
+    for name in ("lzma-u2-strips-predictor", "lerc-deflate-rgb-tiled", "webp-rgba-tiled", "jpegxl-u2-strips"):
+        feature = getattr(imagecodecs, CODECS[CODEC_CASES[name][0]][1], None)
+        if getattr(feature, "available", False):  # else imagecodecs here lacks the codec: left out
+            p = d / f"{name}.tif"
+            _write_codec(p, name)
+            out.append(p)
     p = d / "pyramid.tif"
     _pyramid(p)
     return [*out, p, *COGS]
@@ -130,7 +140,9 @@ def _case(path: Path, original: dict[str, np.ndarray | None]) -> str:
         except Exception as e:
             return f"bare {type(e).__name__} reading {name}: {e}"
         w = want.get(name)
-        if w is not None and not (got.shape == w.shape and np.array_equal(got, w)):
+        if w is not None and got.shape != w.shape:
+            return f"silently wrong: {name} is {got.shape}, tifffile's {w.shape}"
+        if w is not None and not np.array_equal(got, w):
             # tifffile is wrong on some broken files (a zero byte count among predicted planar tiles
             # shifts its decoding of the next tiles): where refset differs from it, refset must give
             # what the unmutated file holds there

@@ -2,27 +2,45 @@
 
 Each image directory (IFD) is an array named by its index (``"0"``, ``"1"``, ... as tifffile and
 kerchunk's ``tiff_to_zarr`` name the levels of a pyramid): its tiles or strips are its chunks, with
-their compression (none, Deflate, zstd; LZW, PackBits and 8- and 12-bit JPEG through imagecodecs' numcodecs
-codecs) and horizontal or floating-point predictor as zarr filters. Shapes are tifffile's: ``(y, x)``,
-``(y, x, band)`` for interleaved samples, ``(band, y, x)`` for planar ones. A georeferenced first image
-gets ``x``/``y`` coordinates of its pixel centres, a ``spatial_ref`` variable holding ``GeoTransform`` and
-the EPSG code where the GeoKeys give one (``grid_mapping`` names it, as rioxarray and GDAL write it),
-and every array its GeoKeys as attributes; GDAL's nodata tag is the fill value. Only the directories
-are read (one request for a COG's header, whose directories come first), and 4 bytes of the first tile
-or strip of a JPEG image whose photometric interpretation is RGB.
+their compression (none, Deflate, zstd; LZW, PackBits, LZMA, LERC, 8- and 12-bit JPEG, WebP and JPEG XL
+through imagecodecs' numcodecs codecs) and horizontal or floating-point predictor as zarr filters. Shapes
+are tifffile's: ``(y, x)``, ``(y, x, band)`` for interleaved samples, ``(band, y, x)`` for planar ones. A
+georeferenced first image gets ``x``/``y`` coordinates of its pixel centres, a ``spatial_ref`` variable
+holding ``GeoTransform`` and the EPSG code where the GeoKeys give one (``grid_mapping`` names it, as
+rioxarray and GDAL write it), and every array its GeoKeys as attributes; GDAL's nodata tag is the fill
+value. Only the directories are read (one request for a COG's header, whose directories come first),
+and 4 bytes of the first tile or strip of a JPEG image whose photometric interpretation is RGB, 256 of
+the first present one of a 16-bit JPEG XL image.
 
-JPEG (compression 7) is decoded as tifffile decodes it: the JPEGTables tag and the colour conversion
-tifffile chooses (``jpeg_decode_colorspace``: YCbCr and JFIF RGB to RGB, Adobe RGB as is, CMYK, separate
-planes as grey; for an RGB image the first tile's or strip's JFIF marker decides, one 4-byte read) go
-into the ``imagecodecs_jpeg`` codec's config.
+Each codec's config makes it call the imagecodecs function tifffile's ``TiffPage.decode`` calls, with
+the same arguments:
+
+- JPEG (compression 7): the JPEGTables tag and the colour conversion tifffile chooses
+  (``jpeg_decode_colorspace``: YCbCr and JFIF RGB to RGB, Adobe RGB as is, CMYK, separate planes as
+  grey; for an RGB image the first tile's or strip's JFIF marker decides, one 4-byte read) go into the
+  ``imagecodecs_jpeg`` codec's config.
+- LZMA (34925) and LERC (34887) decode to bytes as Deflate does (a predictor after them):
+  ``lzma_decode`` and ``lerc_decode``, which undoes the Deflate or zstd layer GDAL's LercParameters tag
+  (50674) announces by itself (tifffile does not read the tag); pixels a LERC mask marks invalid read as
+  0 in both (not GDAL's NaN or nodata).
+- WebP (50001): ``webp_decode`` of 3 (RGB) or 4 samples (``hasalpha``: RGBA, also where a stream left
+  out an opaque alpha channel).
+- JPEG XL (50002, and DNG's 52546): ``jpegxl_decode``; tifffile converts the decoded samples to the
+  image's type, a zarr codec's are taken as they are, so a 16-bit image is referenced when its first
+  stream holds the kind of samples (integer or float) its tags say.
 
 What cannot be referenced exactly is refused naming the image and the reason: old-style JPEG and other
-compressions without a numcodecs codec here, bit depths other than 8/16/32/64, a last strip holding
-fewer rows than the others (a zarr chunk is whole), predictors on big-endian files; and for JPEG,
-samples other than 8- or 12-bit unsigned, extra samples (alpha), photometric interpretations
+compressions without a numcodecs codec here (CCITT, JPEG 2000, ...), bit depths other than 8/16/32/64, a
+last strip holding fewer rows than the others (a zarr chunk is whole), predictors on big-endian files,
+FillOrder 2 outside JPEG, WebP and JPEG XL (tifffile reverses the bits of every byte before decoding);
+for JPEG, samples other than 8- or 12-bit unsigned, extra samples (alpha), photometric interpretations
 and sample counts other than greyscale, RGB, YCbCr and CMYK, predictors, Hamamatsu NDPI streams, and
 tiles or strips 65,500 pixels or more across (cases where tifffile's decoding differs from the codec's,
-or is not shown to be the same).
+or is not shown to be the same); for LERC, samples wider than a byte in a big-endian file (tifffile
+reads the codec's native-order samples as big-endian); for WebP, samples other than 8-bit unsigned,
+sample counts other than 3 and 4 and separate planes (libwebp decodes RGB or RGBA); for JPEG XL,
+samples other than 8- to 16-bit unsigned and 16- or 32-bit float, 16-bit images whose first stream
+holds the other kind of samples or cannot be read; and for WebP and JPEG XL a predictor.
 """
 
 from __future__ import annotations
@@ -39,6 +57,7 @@ from refset.model.refset import ReferenceSet
 from refset.scan.flat import FlatScanner
 from refset.scan.tiff import geo
 from refset.scan.tiff.ifd import MAGICS, Broken, Ifd, metadata_spans, overlapping, read_ifds
+from refset.scan.tiff.jxl import jxl_float
 from refset.scan.writer import DropList, SetWriter, cannot
 
 __all__ = ["TiffScanner", "COMPRESSIONS"]
@@ -48,7 +67,8 @@ WIDTH, LENGTH, BITS, COMPRESSION, PHOTOMETRIC, SAMPLES, ROWS_PER_STRIP = 256, 25
 STRIP_OFFSETS, STRIP_COUNTS, PLANAR, PREDICTOR, TILE_WIDTH, TILE_LENGTH = 273, 279, 284, 317, 322, 323
 TILE_OFFSETS, TILE_COUNTS, SAMPLE_FORMAT, SUBFILE, DESCRIPTION = 324, 325, 339, 254, 270
 GDAL_METADATA, GDAL_NODATA, IMAGE_DEPTH = 42112, 42113, 32997
-JPEG, JPEG_TABLES, EXTRA_SAMPLES, NDPI_MCU_STARTS = 7, 347, 338, 65426
+JPEG, JPEG_TABLES, EXTRA_SAMPLES, NDPI_MCU_STARTS, FILL_ORDER = 7, 347, 338, 65426, 266
+LZMA, LERC, WEBP, JPEGXL, JPEGXL_DNG = 34925, 34887, 50001, 50002, 52546
 
 #: TIFF compression code -> the zarr v2 codec that decodes it (None: stored as is).
 COMPRESSIONS: dict[int, dict[str, Any] | None] = {
@@ -59,10 +79,28 @@ COMPRESSIONS: dict[int, dict[str, Any] | None] = {
     5: {"id": "imagecodecs_lzw"},
     32773: {"id": "imagecodecs_packbits"},
     JPEG: {"id": "imagecodecs_jpeg"},  # completed per image by _jpeg: tables and colour spaces
+    LZMA: {"id": "imagecodecs_lzma"},  # xz streams, lzma_decode as tifffile calls it
+    LERC: {"id": "imagecodecs_lerc"},  # lerc_decode undoes a Deflate or zstd layer (LercParameters) itself
+    WEBP: {"id": "imagecodecs_webp"},  # completed per image by _webp: hasalpha for 4 samples
+    JPEGXL: {"id": "imagecodecs_jpegxl"},
+    JPEGXL_DNG: {"id": "imagecodecs_jpegxl"},  # tifffile decodes DNG's JPEG XL code as GDAL's
 }
 _OFFSET_TYPES = (3, 4, 16)  # SHORT, LONG, LONG8 (TIFF 6.0 and BigTIFF)
-_NAMES = {6: "old-style JPEG", 34887: "LERC", 34925: "LZMA", 50001: "WebP", 50002: "JPEG XL",
-          2: "CCITT RLE", 3: "CCITT Group 3", 4: "CCITT Group 4"}
+_NAMES = {1: "no compression", 8: "Deflate", 32946: "Deflate", 50000: "zstd", 5: "LZW", 32773: "PackBits",
+          6: "old-style JPEG", 2: "CCITT RLE", 3: "CCITT Group 3", 4: "CCITT Group 4", 33003: "JPEG 2000",
+          33004: "JPEG 2000", 33005: "JPEG 2000", 34712: "JPEG 2000", 34933: "PNG", 34934: "JPEG XR",
+          22610: "JPEG XR", JPEG: "JPEG", LZMA: "LZMA", LERC: "LERC", WEBP: "WebP", JPEGXL: "JPEG XL",
+          JPEGXL_DNG: "JPEG XL"}
+#: compressions whose codec decodes a tile or strip to an image of its own type, as tifffile's
+#: ``IMAGE_COMPRESSIONS`` (no predictor or fill order): (bits, sample format) -> that type, in the
+#: machine's order (decoders write native samples; tifffile takes them so), and what is referenced
+_DECODED: dict[int, tuple[dict[tuple[int, int], str], str]] = {
+    JPEG: ({(8, 1): "|u1", (12, 1): "<u2"}, "8- and 12-bit unsigned JPEG are referenced"),  # 12-bit: uint16
+    WEBP: ({(8, 1): "|u1"}, "libwebp decodes 8-bit unsigned samples"),
+    JPEGXL: ({(8, 1): "|u1", **{(b, 1): "<u2" for b in range(9, 17)}, (16, 3): "<f2", (32, 3): "<f4"},
+             "8- to 16-bit unsigned and 16- and 32-bit float JPEG XL are referenced"),
+}
+_DECODED[JPEGXL_DNG] = _DECODED[JPEGXL]
 
 
 class TiffScanner(FlatScanner):
@@ -116,12 +154,13 @@ def _dtype(ifd: Ifd, name: str) -> np.dtype[Any]:
     if len(set(bits.tolist())) != 1 or len(set(fmt.tolist())) != 1:
         raise cannot(name, f"its {spp} samples differ in bits ({bits.tolist()}) or format ({fmt.tolist()})")
     b, f = int(bits[0]), int(fmt[0])
-    if ifd.one(COMPRESSION, 1) == JPEG:
-        if (b, f) not in ((8, 1), (12, 1)):
+    code = ifd.one(COMPRESSION, 1)
+    if code in _DECODED:
+        types, referenced = _DECODED[code]
+        if (b, f) not in types:
             kind_name = {1: "unsigned", 2: "signed", 3: "floating-point"}.get(f, f"format-{f}")
-            raise cannot(name, f"JPEG (7) of {b}-bit {kind_name} samples (8- and 12-bit unsigned JPEG are "
-                               "referenced)")
-        return np.dtype("u1" if b == 8 else "<u2")  # libjpeg gives 12-bit samples as native uint16
+            raise cannot(name, f"{_label(code)} of {b}-bit {kind_name} samples ({referenced})")
+        return np.dtype(types[b, f])
     kind = {1: "u", 2: "i", 3: "f"}.get(f)
     if kind is None:
         raise cannot(name, f"sample format {f} (only unsigned, signed and IEEE float are referenced)")
@@ -130,15 +169,28 @@ def _dtype(ifd: Ifd, name: str) -> np.dtype[Any]:
     return np.dtype(f"{ifd.endian if b > 8 else '|'}{kind}{b // 8}")
 
 
+def _label(code: int) -> str:
+    return f"{_NAMES.get(code, 'compression')} ({code})"
+
+
 def _codecs(ifd: Ifd, name: str, dtype: np.dtype[Any], chunks: tuple[int, ...], axis: int,
-            first: tuple[int, int]) -> list[dict[str, Any]]:
-    """The zarr v2 filters, in encoding order: the predictor, then the compression. ``first``: the offset
-    and byte count of the first tile or strip (JPEG's JFIF test)."""
+            offsets: np.ndarray, counts: np.ndarray) -> list[dict[str, Any]]:
+    """The zarr v2 filters, in encoding order: the predictor, then the compression. ``offsets`` and
+    ``counts``: the tiles' or strips' (JPEG's JFIF test, JPEG XL's sample kind)."""
     code = ifd.one(COMPRESSION, 1)
     if code not in COMPRESSIONS:
-        raise cannot(name, f"{_NAMES.get(code, 'compression')} ({code}) has no numcodecs codec here")
+        raise cannot(name, f"{_label(code)} has no numcodecs codec here")
     if code == JPEG:
+        first = (int(offsets[0]), int(counts[0])) if offsets.size else (0, 0)
         return [_jpeg(ifd, name, chunks, first)]
+    if code in _DECODED:
+        return [_image_codec(ifd, name, code, dtype, offsets, counts)]
+    if ifd.one(FILL_ORDER, 1) != 1:
+        raise cannot(name, f"FillOrder {ifd.one(FILL_ORDER, 1)} with {_label(code)} (tifffile reverses the "
+                           "bits of every byte before decoding)")
+    if code == LERC and dtype.itemsize > 1 and dtype.byteorder == ">":
+        raise cannot(name, f"LERC ({LERC}) of {dtype.itemsize}-byte samples in a big-endian file (tifffile "
+                           "reads the codec's native-order samples as big-endian)")
     out: list[dict[str, Any]] = []
     predictor = ifd.one(PREDICTOR, 1)
     if predictor != 1:
@@ -199,6 +251,52 @@ def _jpeg(ifd: Ifd, name: str, chunks: tuple[int, ...], first: tuple[int, int]) 
     return out
 
 
+def _image_codec(ifd: Ifd, name: str, code: int, dtype: np.dtype[Any], offsets: np.ndarray,
+                 counts: np.ndarray) -> dict[str, Any]:
+    """imagecodecs' WebP or JPEG XL codec decoding the image's tiles or strips as tifffile's
+    ``TiffPage.decode`` does (its ``decode_image``): ``webp_decode(data)``, ``hasalpha=True`` for 4
+    samples, or ``jpegxl_decode(data)``, the codecs' defaults otherwise."""
+    predictor = ifd.one(PREDICTOR, 1)
+    if predictor != 1:
+        raise cannot(name, f"predictor {predictor} with {_label(code)}: the codec decodes whole images "
+                           "(tifffile ignores the tag)")
+    if code == WEBP:
+        return _webp(ifd, name)
+    if dtype.itemsize == 2:
+        _jpegxl_kind(ifd, name, code, dtype, offsets, counts)
+    return {"id": "imagecodecs_jpegxl"}
+
+
+def _webp(ifd: Ifd, name: str) -> dict[str, Any]:
+    """``webp_decode`` gives RGB, or RGBA where the stream has alpha or ``hasalpha`` is set (tifffile
+    sets it for 4 samples: a stream may leave out an opaque alpha channel)."""
+    spp, planar = ifd.one(SAMPLES, 1), ifd.one(PLANAR, 1)
+    if spp not in (3, 4) or (planar == 2 and spp > 1):
+        layout = "in separate planes" if planar == 2 and spp > 1 else "per pixel"
+        raise cannot(name, f"WebP ({WEBP}) of {spp} samples {layout} (libwebp decodes interleaved RGB or "
+                           "RGBA)")
+    return {"id": "imagecodecs_webp", "hasalpha": True} if spp == 4 else {"id": "imagecodecs_webp"}
+
+
+def _jpegxl_kind(ifd: Ifd, name: str, code: int, dtype: np.dtype[Any], offsets: np.ndarray,
+                 counts: np.ndarray) -> None:
+    """Refused unless the first present stream holds the kind of 2-byte samples the tags say: libjxl
+    decodes integer streams of 9 to 16 bits to uint16, float16 ones to float16, and tifffile converts
+    them to the image's type where a zarr codec's output is taken as it is (one read of 256 bytes)."""
+    present = np.flatnonzero(counts > 0)
+    if not present.size:
+        return  # no stream: every tile reads as absent
+    at, count = int(offsets[present[0]]), int(counts[present[0]])
+    is_float = jxl_float(ifd.read_at(at, min(count, 256)))
+    if is_float is None:
+        raise cannot(name, f"{_label(code)}: the header of its first stream does not say whether its "
+                           "samples are integers or floats in its first 256 bytes")
+    if is_float != (dtype.kind == "f"):
+        kind = "floating-point" if is_float else "integer"
+        raise cannot(name, f"{_label(code)} streams of {kind} samples in a {dtype.name} image (tifffile "
+                           "converts the decoded samples to the image's type, a zarr codec does not)")
+
+
 def _jfif(ifd: Ifd, first: tuple[int, int]) -> bool:
     """tifffile's ``TiffPage.is_jfif``: whether the image's first tile or strip (the first, even when
     absent: then no) holds a JFIF APP0 marker (``JFIF`` at byte 6)."""
@@ -247,6 +345,8 @@ def _image(out: SetWriter, ifd: Ifd, k: int, name: str, base: tuple[int, int], g
     if tw <= 0 or tl <= 0:
         raise Broken(f"image {k}: tiles or strips of {tl} x {tw} pixels")
     down, across = -(-h // tl), -(-w // tw)
+    if spp > 1 and planar not in (1, 2):  # neither interleaved nor planar (tifffile guesses a layout)
+        raise Broken(f"image {k}: planar configuration {planar} (1: interleaved samples, 2: planes)")
     separate = planar == 2 and spp > 1
     shape: tuple[int, ...]
     chunks: tuple[int, ...]
@@ -267,8 +367,7 @@ def _image(out: SetWriter, ifd: Ifd, k: int, name: str, base: tuple[int, int], g
         shape, chunks, grid, dims, axis = (h, w, spp), (tl, tw, spp), (down, across, 1), [ydim, xdim, bdim], -2
     else:
         shape, chunks, grid, dims, axis = (h, w), (tl, tw), (down, across), [ydim, xdim], -1
-    first = (int(offsets[0]), int(counts[0])) if offsets.size else (0, 0)
-    filters = _codecs(ifd, name, dtype, chunks, axis, first)
+    filters = _codecs(ifd, name, dtype, chunks, axis, offsets, counts)
     fill, nodata = _fill(ifd, dtype)
     attrs: dict[str, Any] = {"tiff_directory": k, "NewSubfileType": ifd.one(SUBFILE, 0),
                              "Photometric": ifd.one(PHOTOMETRIC, 1) if ifd.has(PHOTOMETRIC) else None}
