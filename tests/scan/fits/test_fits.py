@@ -258,6 +258,56 @@ def test_rice_one_is_rice_1(tmp_path: Path) -> None:
     np.testing.assert_array_equal(refset.open_dataset(refset.scan(str(path)))["X"].values, values)
 
 
+def _set_card(data: bytes, key: str, card: str) -> bytes:
+    """``data`` with the first card of keyword ``key`` replaced by ``card``."""
+    at = data.index(key.ljust(8).encode() + b"=")
+    assert at % 80 == 0
+    return data[:at] + card.ljust(80).encode() + data[at + 80:]
+
+
+def test_zblank_is_the_null_value_of_an_integer_tiled_image(tmp_path: Path) -> None:
+    """An integer image whose compressed header has ZBLANK and no BLANK: the null pixels are NaN once
+    decoded, as astropy (and cfitsio) read them (review: the card was dropped, -65536.0 read)."""
+    values = np.arange(200, dtype=np.int16).reshape(10, 20)
+    values[3, 4] = -32768
+    hdu = fits.CompImageHDU(values, name="SCI", compression_type="GZIP_1")
+    hdu.header["BSCALE"] = 2.0
+    plain, path = tmp_path / "plain.fits", tmp_path / "zblank.fits"
+    fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(plain)
+    with fits.open(plain, disable_image_compression=True) as hdul:
+        hdul[1].header["ZBLANK"] = -32768
+        hdul.writeto(path)
+    with fits.open(path) as hdul:
+        want = np.asarray(hdul["SCI"].data)
+    assert np.isnan(want[3, 4])
+    got = refset.open_dataset(refset.scan(str(path)))["SCI"].values
+    np.testing.assert_array_equal(got, want)
+
+
+def test_hostile_tile_tables_are_named(tmp_path: Path) -> None:
+    """A descriptor column of no width, an image of 10**20 pixels and tiles decoding past 2 GiB: a
+    refset error naming the file, or the image left out naming why; never a bare error at read."""
+    path = tmp_path / "t.fits"
+    fits.HDUList([fits.PrimaryHDU(), fits.CompImageHDU(np.arange(400, dtype=np.int16).reshape(20, 20), name="X",
+                                                       compression_type="GZIP_1")]).writeto(path)
+    good = path.read_bytes()
+    cases = {"zero-width": _set_card(_set_card(good, "TFORM1", "TFORM1  = '0PB(40)'"), "NAXIS1",
+                                     "NAXIS1  =                    0"),
+             "huge": _set_card(_set_card(good, "ZNAXIS1", "ZNAXIS1 = 100000000000000000000"), "ZTILE1",
+                               "ZTILE1  = 100000000000000000000")}
+    for label, data in cases.items():
+        p = tmp_path / f"{label}.fits"
+        p.write_bytes(data)
+        with pytest.raises(InvalidFile) as e:
+            refset.scan(str(p))
+        assert str(p) in str(e.value) and "not a valid FITS file" in str(e.value), label
+    p = tmp_path / "big-tiles.fits"
+    p.write_bytes(_set_card(_set_card(good, "ZNAXIS1", "ZNAXIS1 =           2000000000"), "ZTILE1",
+                            "ZTILE1  =           2000000000"))
+    with pytest.warns(UserWarning, match=r"'X' is left out: tiles of \[1, 2000000000\] pixels"):
+        assert "X" not in refset.scan(str(p)).metadata
+
+
 def test_tile_compressed_images_left_out_say_why(tmp_path: Path) -> None:
     """No codec (HCOMPRESS_1, PLIO_1), quantized floats, tiles that do not divide the image: left out
     with a warning naming the image and the reason, listed in fits_skipped_hdus; the other images of

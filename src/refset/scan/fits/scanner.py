@@ -106,6 +106,8 @@ class FitsScanner(FlatScanner):
                         skipped.append(f"{name} (tile-compressed image: {e})")
                         warnings.warn(f"{file.url}: the tile-compressed image {name!r} is left out: {e}", stacklevel=4)
                     else:
+                        if "BLANK" not in cards and t.dtype.kind in "iu" and "ZBLANK" in cards:
+                            cards = {**cards, "BLANK": cards["ZBLANK"]}  # the null value, as cfitsio reads it
                         _array(out, name, cards, RESERVED, t.dtype, t.shape, t.chunks, t.filters, t.offset, t.length)
             elif xt not in ("", "IMAGE"):
                 skipped.append(f"{name} ({xt})")

@@ -27,7 +27,9 @@ import numpy as np
 
 from refset.scan.fits.header import DTYPES, Broken, int_card
 
-__all__ = ["Tiles", "tiles", "Unreferenced", "RESERVED"]
+__all__ = ["Tiles", "tiles", "Unreferenced", "RESERVED", "MAX_TILE"]
+
+MAX_TILE = 1 << 31  # bytes of a decoded tile: a zarr chunk is decoded whole
 
 #: keywords of the compression convention and of the table: not the image's attributes
 RESERVED = re.compile(r"^(Z(IMAGE|CMPTYPE|BITPIX|NAXIS\d*|TILE\d+|NAME\d+|VAL\d+|MASKCMP|SIMPLE|TENSION|EXTEND|"
@@ -55,11 +57,15 @@ class Tiles:
     length: np.ndarray
 
 
-def _columns(cards: dict[str, Any]) -> dict[str, tuple[int, str, str]]:
-    """``TTYPE -> (byte position in a row, type letter, what follows it)`` of the table's columns."""
-    out: dict[str, tuple[int, str, str]] = {}
+def _columns(cards: dict[str, Any]) -> dict[str, tuple[int, str, str, int]]:
+    """``TTYPE -> (byte position in a row, type letter, what follows it, repeat count)`` of the table's
+    columns."""
+    out: dict[str, tuple[int, str, str, int]] = {}
     at = 0
-    for i in range(1, int_card(cards, "TFIELDS", 0) + 1):
+    fields = int_card(cards, "TFIELDS", 0)
+    if not 0 <= fields <= 999:
+        raise Broken(f"TFIELDS = {fields} (a table has 0 to 999 columns)")
+    for i in range(1, fields + 1):
         form = cards.get(f"TFORM{i}")
         m = _TFORM.match(form) if isinstance(form, str) else None
         if m is None:
@@ -68,16 +74,19 @@ def _columns(cards: dict[str, Any]) -> dict[str, tuple[int, str, str]]:
         letter = m.group(2)
         name = str(cards.get(f"TTYPE{i}", "")).strip().upper()
         if name:
-            out[name] = (at, letter, m.group(3))
+            out[name] = (at, letter, m.group(3), repeat)
         at += -(-repeat // 8) if letter == "X" else repeat * _WIDTH[letter]
     if at != int_card(cards, "NAXIS1"):
         raise Broken(f"its columns hold {at} bytes a row, NAXIS1 says {cards['NAXIS1']}")
     return out
 
 
-def _descriptors(table: np.ndarray, column: tuple[int, str, str], rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(elements, heap offsets)`` of a variable-length column (``P``: two 32-bit, ``Q``: two 64-bit)."""
-    at, letter, _ = column
+def _descriptors(table: np.ndarray, column: tuple[int, str, str, int], rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(elements, heap offsets)`` of a variable-length column (``P``: two 32-bit, ``Q``: two 64-bit)
+    holding one descriptor a row."""
+    at, letter, _, repeat = column
+    if repeat != 1:
+        raise Broken(f"a variable-length column of {repeat} descriptors a row, expected 1")
     width = 4 if letter == "P" else 8
     raw = np.ascontiguousarray(table[:, at:at + 2 * width]).view(f">u{width}").reshape(rows, 2)
     if (raw > np.iinfo(np.int64).max).any():
@@ -111,10 +120,15 @@ def tiles(cards: dict[str, Any], data: int, read_at: Callable[[int, int], bytes]
     if kind not in _CODECS:
         raise Unreferenced(f"tile compression {kind or 'unnamed'} has no numcodecs codec here (RICE_1, GZIP_1, "
                            "GZIP_2 and NOCOMPRESS are referenced)")
+    dtype = np.dtype(DTYPES[zbitpix])
+    if math.prod(size) * dtype.itemsize >= 1 << 62:
+        raise Broken(f"an image of {size} pixels")
+    if math.prod(tile) * dtype.itemsize > MAX_TILE:
+        raise Unreferenced(f"tiles of {tile[::-1]} pixels ({math.prod(tile) * dtype.itemsize} bytes decoded: "
+                           f"more than {MAX_TILE >> 30} GiB a chunk)")
     if any(n % t for n, t in zip(size, tile, strict=True)):
         raise Unreferenced(f"its tiles of {tile[::-1]} pixels do not divide its {size[::-1]} (a zarr chunk is "
                            "whole: compress it with tiles that divide the image, fpack's default rows do)")
-    dtype = np.dtype(DTYPES[zbitpix])
     columns = _columns(cards)
     quantized = [k for k in ("ZSCALE", "ZZERO", "ZBLANK") if k in columns] + \
         [k for k in ("ZSCALE", "ZZERO") if k in cards]
@@ -125,7 +139,7 @@ def tiles(cards: dict[str, Any], data: int, read_at: Callable[[int, int], bytes]
                            "losslessly, GZIP with quantize level 0, are referenced)")
     if "COMPRESSED_DATA" not in columns:
         raise Broken("no COMPRESSED_DATA column")
-    _, letter, rest = columns["COMPRESSED_DATA"]
+    _, letter, rest, _ = columns["COMPRESSED_DATA"]
     if letter not in "PQ" or not rest.startswith("B"):
         raise Broken(f"COMPRESSED_DATA is {letter}{rest}, expected a variable-length byte column (1PB or 1QB)")
     rows, width = int_card(cards, "NAXIS2"), int_card(cards, "NAXIS1")
@@ -135,7 +149,7 @@ def tiles(cards: dict[str, Any], data: int, read_at: Callable[[int, int], bytes]
     table = np.frombuffer(read_at(data, rows * width), np.uint8).reshape(rows, width)
     nelem, where = _descriptors(table, columns["COMPRESSED_DATA"], rows)
     for other in ("UNCOMPRESSED_DATA", "GZIP_COMPRESSED_DATA"):
-        if other in columns and columns[other][1] in "PQ":
+        if other in columns and columns[other][1] in "PQ" and columns[other][3]:
             if _descriptors(table, columns[other], rows)[0].any():
                 raise Unreferenced(f"some of its tiles are stored in {other} (a tile the compressor could not "
                                    "compress as the others: a zarr array has one codec)")
