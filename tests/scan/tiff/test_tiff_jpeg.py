@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import refset
-from refset.errors import Unsupported
+from refset.errors import InvalidFile, Unsupported
 from refset.scan.tiff.scanner import TiffScanner
 from refset.testing import ScannerTests
 
@@ -347,3 +347,72 @@ def test_jpeg_refusals_name_the_image_and_the_reason(tmp_path: Path) -> None:
         refset.scan(str(pred))
     rs = refset.scan(str(pred), drop_variables=["0"])  # the rest of the file scans
     assert "0" not in rs.metadata
+
+
+def _cog_rgb_jpeg(path: Path, levels: list[np.ndarray], tile: int = 64, gap: int = 300_000) -> None:
+    """A COG-like file: the header and every level's directory first, then each level's tiles (RGB JPEG
+    with Adobe's marker, no JFIF), ``gap`` bytes apart, so that each level's first tile lies past the
+    head and past the block a read fetches."""
+    streams = [[imagecodecs.jpeg8_encode(np.ascontiguousarray(lv[y:y + tile, x:x + tile]), level=90,
+                                         colorspace="RGB", outcolorspace="RGB")
+                for y in range(0, lv.shape[0], tile) for x in range(0, lv.shape[1], tile)] for lv in levels]
+    ntags = 12
+    sizes = [2 + ntags * 12 + 4 + 6 + 8 * len(s) for s in streams]
+    at, pos = 8, 8 + sum(sizes) + gap
+    head, data = bytearray(b"II*\0" + struct.pack("<I", 8)), bytearray()
+    for k, (lv, ss) in enumerate(zip(levels, streams, strict=True)):
+        offs = []
+        for s in ss:
+            offs.append(pos + len(data))
+            data += s
+        data += b"\0" * gap
+        arrays = at + 2 + ntags * 12 + 4
+        nxt = at + sizes[k] if k + 1 < len(levels) else 0
+
+        def entry(tag: int, typ: int, count: int, value: int) -> bytes:
+            return struct.pack("<HHII", tag, typ, count, value)
+
+        many = len(ss) > 1
+        head += struct.pack("<H", ntags) + b"".join([
+            entry(254, 4, 1, 1 if k else 0), entry(256, 4, 1, lv.shape[1]), entry(257, 4, 1, lv.shape[0]),
+            entry(258, 3, 3, arrays), entry(259, 3, 1, 7), entry(262, 3, 1, 2), entry(277, 3, 1, 3),
+            entry(284, 3, 1, 1), entry(322, 3, 1, tile), entry(323, 3, 1, tile),
+            entry(324, 4, len(ss), arrays + 6 if many else offs[0]),
+            entry(325, 4, len(ss), arrays + 6 + 4 * len(ss) if many else len(ss[0]))]) + struct.pack("<I", nxt)
+        head += struct.pack("<HHH", 8, 8, 8) + struct.pack(f"<{len(ss)}I", *offs)
+        head += struct.pack(f"<{len(ss)}I", *[len(s) for s in ss])
+        at += sizes[k]
+    path.write_bytes(bytes(head.ljust(8 + sum(sizes) + gap, b"\0") + data))
+
+
+def test_a_remote_rgb_jpeg_cog_peeks_at_its_levels_in_one_round(tmp_path: Path) -> None:
+    """Each RGB level's first tile decides JFIF (4 bytes): over HTTP all levels' are read in one round
+    with the directories' (review: one block a level, one after another)."""
+    from refset.scan import Scan
+    from tests.httpserver import RangeServer
+
+    full = _data((256, 256, 3), 6)
+    levels = [np.ascontiguousarray(full[::2 ** k, ::2 ** k]) for k in range(3)]
+    path = tmp_path / "rgb.tif"
+    _cog_rgb_jpeg(path, levels)
+    with tifffile.TiffFile(path) as tf:
+        assert [p.is_jfif for p in tf.pages] == [False] * 3
+        want = [p.asarray() for p in tf.pages]
+    with RangeServer(tmp_path) as srv:
+        run = Scan()
+        rs = run(f"{srv.url}/rgb.tif")
+        assert run.rounds == 2 and run.nbytes < 100_000, (run.rounds, run.nbytes)  # the head, then the peeks
+        for k in range(3):
+            np.testing.assert_array_equal(_read(rs, str(k)), want[k])
+
+
+def test_jpeg_tables_past_64_kib_are_a_broken_file(tmp_path: Path) -> None:
+    """Each array's codec config holds a copy of its JPEGTables: a tag of more than 64 KiB (real ones
+    are a few KB) is refused, so that many directories pointing at one large tag cannot blow up the
+    set (review: 40 directories x 4 MiB gave a 213 MB set)."""
+    path = tmp_path / "tables.tif"
+    tifffile.imwrite(path, _data((32, 32), 1), tile=(16, 16), compression="jpeg",
+                     extratags=[(347, 7, 70_000, b"\0" * 70_000, True)])
+    assert tifffile.TiffFile(path).pages[0].tags[347].count == 70_000
+    with pytest.raises(InvalidFile, match=r"JPEG tables of 70000 bytes"):
+        refset.scan(str(path))

@@ -85,6 +85,7 @@ COMPRESSIONS: dict[int, dict[str, Any] | None] = {
     JPEGXL: {"id": "imagecodecs_jpegxl"},
     JPEGXL_DNG: {"id": "imagecodecs_jpegxl"},  # tifffile decodes DNG's JPEG XL code as GDAL's
 }
+MAX_TABLES = 1 << 16  # bytes of a JPEGTables tag (quantization and Huffman tables: ~0.3-2 KB)
 _OFFSET_TYPES = (3, 4, 16)  # SHORT, LONG, LONG8 (TIFF 6.0 and BigTIFF)
 _NAMES = {1: "no compression", 8: "Deflate", 32946: "Deflate", 50000: "zstd", 5: "LZW", 32773: "PackBits",
           6: "old-style JPEG", 2: "CCITT RLE", 3: "CCITT Group 3", 4: "CCITT Group 4", 33003: "JPEG 2000",
@@ -130,6 +131,7 @@ class TiffScanner(FlatScanner):
             out.group("", root)
             base = _size(first)
             spans = metadata_spans(ifds)
+            file.prefetch(_peeks(ifds))  # a remote file's JFIF markers and JPEG XL headers: one round
             for k, ifd in enumerate(ifds):
                 name = str(k)
                 if name in drop:
@@ -244,6 +246,9 @@ def _jpeg(ifd: Ifd, name: str, chunks: tuple[int, ...], first: tuple[int, int]) 
     if ifd.has(JPEG_TABLES):
         if ifd.entries[JPEG_TABLES].type not in (1, 7):
             raise Broken(f"tag {JPEG_TABLES}: values of type {ifd.entries[JPEG_TABLES].type}, expected bytes")
+        if ifd.entries[JPEG_TABLES].count > MAX_TABLES:  # each array's metadata holds a copy
+            raise Broken(f"tag {JPEG_TABLES}: JPEG tables of {ifd.entries[JPEG_TABLES].count} bytes (at most "
+                         f"{MAX_TABLES}; real ones are a few KB)")
         tables = ifd.values(JPEG_TABLES).tobytes()
         if tables:
             out["tables"] = base64.b64encode(tables).decode()  # as Jpeg.get_config writes it
@@ -295,6 +300,33 @@ def _jpegxl_kind(ifd: Ifd, name: str, code: int, dtype: np.dtype[Any], offsets: 
         kind = "floating-point" if is_float else "integer"
         raise cannot(name, f"{_label(code)} streams of {kind} samples in a {dtype.name} image (tifffile "
                            "converts the decoded samples to the image's type, a zarr codec does not)")
+
+
+def _peeks(ifds: list[Ifd]) -> list[tuple[int, int]]:
+    """The byte ranges ``[start, end)`` the codecs' choice reads in the images' data: an RGB JPEG
+    image's first JFIF marker (:func:`_jfif`), a 16-bit JPEG XL image's first stream header
+    (:func:`_jpegxl_kind`). A tag that cannot be read here is left to the image's own checks."""
+    out = []
+    for ifd in ifds:
+        try:
+            code = ifd.one(COMPRESSION, 1)
+            if code not in (JPEG, JPEGXL, JPEGXL_DNG):
+                continue
+            tiled = ifd.has(TILE_WIDTH) or ifd.has(TILE_OFFSETS)
+            offsets = ifd.ints(TILE_OFFSETS if tiled else STRIP_OFFSETS, types=_OFFSET_TYPES)
+            counts = ifd.ints(TILE_COUNTS if tiled else STRIP_COUNTS, types=_OFFSET_TYPES)
+            if not offsets.size or offsets.size != counts.size:
+                continue
+            if code == JPEG and ifd.one(PHOTOMETRIC, 0) == 2 and offsets[0] > 0 and counts[0] >= 11:
+                out.append((int(offsets[0]) + 6, int(offsets[0]) + 10))
+            elif code != JPEG and int(ifd.ints(BITS, 1)[0]) == 16:
+                present = np.flatnonzero(counts > 0)
+                if present.size:
+                    at = int(offsets[present[0]])
+                    out.append((at, at + min(int(counts[present[0]]), 256)))
+        except Broken:
+            continue
+    return out
 
 
 def _jfif(ifd: Ifd, first: tuple[int, int]) -> bool:
