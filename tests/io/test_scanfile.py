@@ -93,3 +93,16 @@ def test_a_small_rest_is_read_whole_on_the_first_miss() -> None:
     assert sf.read_at(900_000, 100) == big[900_000:900_100]
     assert sf.read_at(70_000, 100) == big[70_000:70_100]
     assert sf.requests - opened == 2 and sf.nbytes < len(big)
+
+
+def test_reads_past_the_end_give_no_bytes() -> None:
+    """A read at or past the end (or before the start) gives b"" without a request, as a file's read()
+    does (review: a small file fetched its rest, then failed an assert)."""
+    data = bytes(range(256)) * 400
+    with fsspec.open("memory://scanfile-end.bin", "wb") as f:
+        f.write(data)
+    sf = ScanFile(FsspecStore("memory://scanfile-end.bin"), 4096)
+    opened = sf.requests
+    assert sf.read_at(len(data), 10) == b"" and sf.read_at(len(data) + 5, 10) == b"" and sf.read_at(-3, 2) == b""
+    assert sf.requests == opened
+    assert sf.read_at(len(data) - 4, 10) == data[-4:]

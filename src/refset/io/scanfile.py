@@ -173,6 +173,8 @@ class ScanFile:
         remote one's from what is in hand, else fetched from ``offset`` on, at least a block (the rest of
         the file past its head when that is no more than a block)."""
         length = max(0, min(length, self.size - offset))
+        if offset < 0 or offset >= self.size or length == 0:
+            return b""  # nothing there: a reader past the end sees no bytes, as a file's read() gives
         if self.local:
             self.file.seek(offset)
             return bytes(self.file.read(length))
@@ -183,7 +185,8 @@ class ScanFile:
             else:
                 self.prefetch([(offset, offset + max(length, _BLOCK))])
             got = self.cached(offset, length)
-            assert got is not None  # just fetched (a short answer raised)
+            if got is None:  # a store's answer shorter than asked, not raised by it
+                raise InvalidFile(f"{self.url}: {length} bytes at byte {offset} could not be read")
         return got
 
     def read_ranges(self, offsets: Sequence[int], lengths: Sequence[int]) -> list[bytes]:

@@ -285,6 +285,7 @@ class GribScanner(FlatScanner):
         self._templates: dict[tuple[Any, ...], list[_Message]] = {}
         self._no_idx: set[str] = set()  # directories of remote files that had no sidecar
         self._with_idx: set[str] = set()  # and that had one
+        self._unteachable: set[Any] = set()  # inventory shapes whose file did not agree with them
         # what threads sharing this scanner (Scan.many) are making now: a grid, a template; the others
         # asking for the same wait for it rather than make it again (64 threads, one HRRR grid each)
         self._making: dict[tuple[str, Any], threading.Event] = {}
@@ -366,7 +367,8 @@ class GribScanner(FlatScanner):
         learning: threading.Event | None = None
         if lines is not None:
             got = self._from_template(file, lines)
-            if got is None:  # learn the template, or wait for the thread learning it and use it
+            if got is None and shape_of(lines) not in self._unteachable:
+                # learn the template, or wait for the thread learning it and use it
                 learning = self._claim(("template", shape_of(lines)))
                 if learning is None:
                     got = self._from_template(file, lines)
@@ -437,13 +439,17 @@ class GribScanner(FlatScanner):
     def _learn(self, lines: list[IdxLine], messages: list[_Message]) -> None:
         """Keep ``messages`` as the template of inventories shaped like ``lines`` when the inventory
         agrees with them: one line a message, at its offset, with its reference time and step."""
-        if len(lines) != len(messages) or any(m.grid_section is None for m in messages):
-            return  # GRIB1 (no grid digests here) is scanned whole
-        for ln, m in zip(lines, messages, strict=True):
-            date, time = m.keys.get("dataDate"), m.keys.get("dataTime")
-            if (ln.offset != m.offset or forecast_minutes(ln.forecast) != m.step or date is None
-                    or time is None or time % 100 or ln.date != date * 100 + time // 100):
-                return
+        if len(lines) != len(messages) or any(m.grid_section is None for m in messages) or any(
+                ln.offset != m.offset or forecast_minutes(ln.forecast) != m.step or m.keys.get("dataDate") is None
+                or m.keys.get("dataTime") is None or m.keys["dataTime"] % 100
+                or ln.date != m.keys["dataDate"] * 100 + m.keys["dataTime"] // 100
+                for ln, m in zip(lines, messages, strict=True)):
+            # GRIB1 (no grid digests here), or an inventory that does not agree: no thread waits on
+            # another's scan of such an inventory's shape again (a bounded memo)
+            if len(self._unteachable) >= _MEMO_GRIDS * 64:
+                self._unteachable.clear()
+            self._unteachable.add(shape_of(lines))
+            return
         if len(self._templates) >= _MEMO_GRIDS:
             self._templates.clear()
         self._templates[shape_of(lines)] = messages
