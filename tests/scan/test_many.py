@@ -130,3 +130,26 @@ def test_bytes_read_so_far_grow_while_the_scans_run(tmp_path: Path) -> None:
                        progress=lambda n: seen.append(run.read_so_far()), concurrency=4)
         assert len(seen) == 8 and 0 < seen[0] < seen[-1] <= run.nbytes == srv.bytes
         assert seen == sorted(seen)
+
+
+def test_threads_leave_the_process_warnings_as_they_were(tmp_path: Path) -> None:
+    """Each thread's native HDF5 walk holds its warnings until it succeeds: per thread, not by swapping
+    the process's warning state (catch_warnings in 8 threads whose walks wait on reads left the filters
+    changed and every later warning of the process appended to a finished walk's list, never shown)."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    for k in range(16):
+        with netCDF4.Dataset(tmp_path / f"w{k:02d}.nc", "w") as ds:
+            ds.createDimension("y", 300)
+            ds.createDimension("x", 300)
+            for name in ("a", "b", "c"):  # chunk indexes past the head: read inside each walk
+                ds.createVariable(name, "f4", ("y", "x"), zlib=True, chunksizes=(30, 30))[:] = rng.random((300, 300))
+    with warnings.catch_warnings(record=True) as log:
+        filters = list(warnings.filters)
+        with RangeServer(tmp_path, delay=0.02) as srv:
+            sets = list(Scan().many([f"{srv.url}/w{k:02d}.nc" for k in range(16)], concurrency=8))
+        assert warnings.filters == filters
+        warnings.warn("after the scans", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in log][-1:] == ["after the scans"]
+    assert [sorted(rs.metadata) for rs in sets] == [["a", "b", "c"]] * 16

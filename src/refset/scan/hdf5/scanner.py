@@ -11,7 +11,6 @@ filters have none, compact datasets and variable-length strings are read and sto
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any, ClassVar
 
 from refset.abc.scanner import Scanner
@@ -22,6 +21,7 @@ from refset.model.refset import ReferenceSet
 from refset.scan.hdf5.base import Broken, NotNative, intact
 from refset.scan.hdf5.isolated import H5PY_TIMEOUT
 from refset.scan.hdf5.walk import MAX_INLINE, Walker
+from refset.scan.held import held, release
 from refset.scan.writer import INLINE_THRESHOLD, DropList, SetWriter, common_options
 
 __all__ = ["HDF5Scanner", "MAX_INLINE"]
@@ -129,13 +129,11 @@ class HDF5Scanner(Scanner):
         if start is None:
             raise NotNative("no superblock")
         out = SetWriter(url, self.inline_threshold)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with held() as box:  # per thread: catch_warnings would swap the process's state (Scan.many)
             root = open_native(f, size, start, self.group, self.templates)
             Walker(out, drop, self.subchunk, self.max_inline).walk(root)
             intact(not root.h5.overlaps_metadata(*out.ranges()), "data overlaps the file's metadata")
-        for w in caught:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        release(box)
         return out
 
 

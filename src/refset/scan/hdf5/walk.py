@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import posixpath
-import warnings
 from typing import Any
 
 import numpy as np
@@ -14,6 +13,7 @@ import numpy as np
 from refset.errors import InvalidFile, Unsupported
 from refset.scan.hdf5.base import NotNative
 from refset.scan.hdf5.filters import encode_chunk, hdf5_filters
+from refset.scan.held import warn
 from refset.scan.writer import SetWriter, cannot, json_attrs, json_value, split_rows
 
 __all__ = ["Walker", "MAX_INLINE"]
@@ -93,7 +93,7 @@ class Walker:
                     continue
                 raise cannot(sub, f"it is an external link to {target}; scan that file")
             if kind == "soft" and obj is None:
-                warnings.warn(f"{sub}: dangling soft link, left out", stacklevel=4)
+                warn(f"{sub}: dangling soft link, left out", stacklevel=4)
             if obj is None:
                 continue
             if obj.is_group:
@@ -246,8 +246,8 @@ class Walker:
         fits = count <= _FILL_CHUNKS and math.prod(chunks) * dt.itemsize <= self.max_inline
         data = encode_chunk(np.full(chunks, ds.fillvalue, dt), filters) if fits else b""
         if not fits or len(data) * count > self.max_inline:
-            warnings.warn(f"{path}: {count} unwritten chunks are left to zarr's fill_value, which "
-                          "xarray uses as a mask (the variable has no _FillValue)", stacklevel=4)
+            warn(f"{path}: {count} unwritten chunks are left to zarr's fill_value, which xarray uses as a "
+                 "mask (the variable has no _FillValue)", stacklevel=4)
             return {}
         return dict.fromkeys(flats.tolist(), data)
 
@@ -357,8 +357,8 @@ def _attrs(raw: dict[str, Any], path: str) -> dict[str, Any]:
             continue
         if isinstance(value, Exception):  # e.g. an attribute of a type h5py cannot read
             e = value
-            warnings.warn(f"{path or '/'}: attribute {name!r} cannot be read and is left out "
-                          f"({type(e).__name__}: {e})", stacklevel=3)
+            warn(f"{path or '/'}: attribute {name!r} cannot be read and is left out "
+                 f"({type(e).__name__}: {e})", stacklevel=3)
             continue
         out.update(json_attrs([(name, value)]))
     return out
