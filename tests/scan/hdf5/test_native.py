@@ -986,3 +986,25 @@ def test_an_interrupted_h5py_walk_does_not_answer_the_next_file(tmp_path: Path) 
 
 def _scan_keys(path: str) -> list[str]:
     return sorted(refset.scan(path, native=False))
+
+
+def test_a_fallback_does_not_repeat_the_native_walks_warnings(tmp_path: Path) -> None:
+    """The native walk's warnings, numpy's floating-point ones included (a float64 _FillValue that a
+    float32 cannot hold), are held until it succeeds: when it hands the file to h5py (an lzf dataset),
+    each is warned once, by h5py's walk, in this process or in the child that runs it."""
+    import warnings
+
+    from refset.scan.hdf5.scanner import HDF5Scanner
+
+    path = tmp_path / "dup.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("a", data=np.arange(10, dtype="f4")).attrs["_FillValue"] = np.float64(1e40)
+        f.create_dataset("b", data=np.arange(100, dtype="f4"), chunks=(10,), compression="lzf")
+    for timeout in (None, 60.0):
+        scanner = HDF5Scanner(h5py_timeout=timeout)
+        with warnings.catch_warnings(record=True) as log, open(path, "rb") as f:
+            warnings.simplefilter("always")
+            scanner.walk(f, str(path), DropList(()))
+        assert scanner.fallbacks == 1, scanner.last_fallback
+        said = [str(w.message) for w in log if issubclass(w.category, RuntimeWarning)]
+        assert len(said) == 1 and "overflow" in said[0], (timeout, said)

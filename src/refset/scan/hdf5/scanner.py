@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
+import numpy as np
+
 from refset.abc.scanner import Scanner
 from refset.errors import InvalidFile, ReferenceNotReachable, Unsupported
 from refset.io.magic import HDF5_MAGIC, hdf5_superblock
@@ -21,7 +23,7 @@ from refset.model.refset import ReferenceSet
 from refset.scan.hdf5.base import Broken, NotNative, intact
 from refset.scan.hdf5.isolated import H5PY_TIMEOUT
 from refset.scan.hdf5.walk import MAX_INLINE, Walker
-from refset.scan.held import held, release
+from refset.scan.held import held, numpy_warning, release
 from refset.scan.writer import INLINE_THRESHOLD, DropList, SetWriter, common_options
 
 __all__ = ["HDF5Scanner", "MAX_INLINE"]
@@ -80,16 +82,24 @@ class HDF5Scanner(Scanner):
     def walk(self, f: Any, url: str, drop: DropList) -> SetWriter:
         """The file's groups and datasets walked into a :class:`SetWriter`: natively, else through h5py."""
         if self.native:
-            try:
-                return self.walk_native(f, url, drop)
-            except Broken as e:  # never handed to libhdf5, which fails on it or crashes
-                raise InvalidFile(f"{url}: not a valid HDF5 file: {e}") from None
-            except ReferenceNotReachable:
-                raise
-            except Exception as e:  # NotNative, or anything else: h5py's answer (set or error) is the one given
-                self.fallbacks += 1
-                self.last_fallback = f"{type(e).__name__}: {e}"
-                f.seek(0)
+            # its warnings (numpy's floating-point ones too) held back until it succeeds, so that a
+            # fallback to h5py does not repeat them; per thread (catch_warnings would swap the
+            # process's state under Scan.many's threads)
+            with held() as box, np.errstate(over="call", divide="call", invalid="call", call=numpy_warning):
+                try:
+                    out: SetWriter | None = self.walk_native(f, url, drop)
+                except Broken as e:  # never handed to libhdf5, which fails on it or crashes
+                    raise InvalidFile(f"{url}: not a valid HDF5 file: {e}") from None
+                except ReferenceNotReachable:
+                    raise
+                except Exception as e:  # NotNative, or anything else: h5py's answer (set or error) is the one given
+                    self.fallbacks += 1
+                    self.last_fallback = f"{type(e).__name__}: {e}"
+                    f.seek(0)
+                    out = None
+            if out is not None:
+                release(box)
+                return out
         path = getattr(f, "name", None)
         if self.h5py_timeout is not None and os.name == "posix" and isinstance(path, str) and os.path.isfile(path):
             from refset.scan.hdf5.isolated import usable, walk_in_child
@@ -118,8 +128,7 @@ class HDF5Scanner(Scanner):
 
     def walk_native(self, f: Any, url: str, drop: DropList) -> SetWriter:
         """The walk over the native metadata reader; ``NotNative`` (raised before anything is
-        returned) sends the whole file to h5py. Warnings are held back until the walk succeeds, so a
-        fallback does not repeat them."""
+        returned) sends the whole file to h5py (:meth:`walk` holds the warnings until it succeeds)."""
         from refset.io.magic import file_reader
         from refset.scan.hdf5.native import open_native
 
@@ -129,11 +138,9 @@ class HDF5Scanner(Scanner):
         if start is None:
             raise NotNative("no superblock")
         out = SetWriter(url, self.inline_threshold)
-        with held() as box:  # per thread: catch_warnings would swap the process's state (Scan.many)
-            root = open_native(f, size, start, self.group, self.templates)
-            Walker(out, drop, self.subchunk, self.max_inline).walk(root)
-            intact(not root.h5.overlaps_metadata(*out.ranges()), "data overlaps the file's metadata")
-        release(box)
+        root = open_native(f, size, start, self.group, self.templates)
+        Walker(out, drop, self.subchunk, self.max_inline).walk(root)
+        intact(not root.h5.overlaps_metadata(*out.ranges()), "data overlaps the file's metadata")
         return out
 
 
