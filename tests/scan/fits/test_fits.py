@@ -282,6 +282,12 @@ def test_zblank_is_the_null_value_of_an_integer_tiled_image(tmp_path: Path) -> N
     assert np.isnan(want[3, 4])
     got = refset.open_dataset(refset.scan(str(path)))["SCI"].values
     np.testing.assert_array_equal(got, want)
+    odd = tmp_path / "zblank-odd.fits"  # a null value no int16 holds masks nothing (astropy refuses the file)
+    with fits.open(plain, disable_image_compression=True) as hdul:
+        hdul[1].header["ZBLANK"] = 70000
+        hdul.writeto(odd)
+    raw = refset.open_dataset(refset.scan(str(odd)), mask_and_scale=False)["SCI"].values
+    np.testing.assert_array_equal(raw, values)
 
 
 def test_hostile_tile_tables_are_named(tmp_path: Path) -> None:

@@ -107,7 +107,8 @@ class FitsScanner(FlatScanner):
                         warnings.warn(f"{file.url}: the tile-compressed image {name!r} is left out: {e}", stacklevel=4)
                     else:
                         if "BLANK" not in cards and t.dtype.kind in "iu" and "ZBLANK" in cards:
-                            cards = {**cards, "BLANK": cards["ZBLANK"]}  # the null value, as cfitsio reads it
+                            # the null value, as cfitsio reads it
+                            cards = {**cards, "BLANK": int_card(cards, "ZBLANK")}
                         _array(out, name, cards, RESERVED, t.dtype, t.shape, t.chunks, t.filters, t.offset, t.length)
             elif xt not in ("", "IMAGE"):
                 skipped.append(f"{name} ({xt})")
@@ -151,6 +152,8 @@ def _array(out: SetWriter, name: str, cards: dict[str, Any], reserved: re.Patter
     fill = None
     if "BLANK" in cards and dtype.kind in "iu":
         fill = int_card(cards, "BLANK")
+        if not np.iinfo(dtype).min <= fill <= np.iinfo(dtype).max:
+            fill = None  # no pixel of the type holds it: nothing to mask (astropy refuses such a file)
     dims = [f"{name}_{axis}" for axis in "zyx"[-len(shape):]] if len(shape) <= 3 else \
         [f"{name}_dim{i}" for i in range(len(shape))]
     out.array(name, shape=shape, chunks=chunks, dtype=dtype, fill_value=fill, filters=filters, attrs=attrs,

@@ -304,7 +304,7 @@ def _jpegxl_kind(ifd: Ifd, name: str, code: int, dtype: np.dtype[Any], offsets: 
 
 def _peeks(ifds: list[Ifd]) -> list[tuple[int, int]]:
     """The byte ranges ``[start, end)`` the codecs' choice reads in the images' data: an RGB JPEG
-    image's first JFIF marker (:func:`_jfif`), a 16-bit JPEG XL image's first stream header
+    image's first JFIF marker (:func:`_jfif`), a 9- to 16-bit JPEG XL image's first stream header
     (:func:`_jpegxl_kind`). A tag that cannot be read here is left to the image's own checks."""
     out = []
     for ifd in ifds:
@@ -319,7 +319,7 @@ def _peeks(ifds: list[Ifd]) -> list[tuple[int, int]]:
                 continue
             if code == JPEG and ifd.one(PHOTOMETRIC, 0) == 2 and offsets[0] > 0 and counts[0] >= 11:
                 out.append((int(offsets[0]) + 6, int(offsets[0]) + 10))
-            elif code != JPEG and int(ifd.ints(BITS, 1)[0]) == 16:
+            elif code != JPEG and ifd.ints(BITS, 1).size and 9 <= int(ifd.ints(BITS, 1)[0]) <= 16:
                 present = np.flatnonzero(counts > 0)
                 if present.size:
                     at = int(offsets[present[0]])
