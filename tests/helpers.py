@@ -57,3 +57,16 @@ def run_tty_stderr(args: list[str], timeout: float = 120) -> tuple[int, str, str
     reader.join(timeout=10)
     os.close(master)
     return p.returncode, out.decode(), b"".join(chunks).decode(errors="replace")
+
+
+def read_through_fsspec(rs: Any, name: str) -> Any:
+    """Array ``name`` of the set ``rs`` as a foreign reader gets it: fsspec's ReferenceFileSystem and
+    zarr (v2), with imagecodecs' numcodecs codecs registered as a user of TIFF/FITS sets does."""
+    import fsspec
+    import imagecodecs.numcodecs
+    import numpy as np
+    import zarr
+
+    imagecodecs.numcodecs.register_codecs(verbose=False)
+    mapper = fsspec.filesystem("reference", fo=rs.to_dict()).get_mapper("")
+    return np.asarray(zarr.open_group(mapper, mode="r", zarr_format=2)[name][...])

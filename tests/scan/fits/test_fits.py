@@ -18,6 +18,7 @@ import refset
 from refset.errors import InvalidFile, RefsetError
 from refset.scan.fits.scanner import FitsScanner
 from refset.testing import ScannerTests
+from tests.helpers import read_through_fsspec
 
 fits = pytest.importorskip("astropy.io.fits")
 xr = pytest.importorskip("xarray")
@@ -150,6 +151,22 @@ def test_broken_headers_are_invalid_files(tmp_path: Path) -> None:
     assert "NAXIS1" in case("naxis", good[:k + 10] + b"'abc'".ljust(20) + good[k + 30:])
 
 
+def _scan_case(case: Path, seed: int, failures: list[str], counts: dict[str, int]) -> refset.ReferenceSet | None:
+    """The set of a fuzzed file; None after counting a refset error (a failure when it does not name
+    the file) or recording a bare exception as a failure."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # images left out
+            return refset.scan(str(case))
+    except RefsetError as e:
+        counts["refset error"] += 1
+        if str(case) not in str(e):
+            failures.append(f"seed {seed}: unnamed {e}")
+    except Exception as e:
+        failures.append(f"seed {seed}: bare {type(e).__name__}: {e}")
+    return None
+
+
 def test_fits_fuzz(tmp_path: Path) -> None:
     """Bit flips and runs in the headers: astropy's values for every image refset reads, or a refset
     error naming the file; never another exception."""
@@ -167,17 +184,8 @@ def test_fits_fuzz(tmp_path: Path) -> None:
             at = h + rng.randrange(0, 2880)
             b[at] = rng.choice((b[at] ^ (1 << rng.randrange(7)), ord(rng.choice("0123456789 '=-ETF"))))
         case.write_bytes(bytes(b))
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # images left out
-                rs = refset.scan(str(case))
-        except RefsetError as e:
-            counts["refset error"] += 1
-            if str(case) not in str(e):
-                failures.append(f"seed {seed}: unnamed {e}")
-            continue
-        except Exception as e:
-            failures.append(f"seed {seed}: bare {type(e).__name__}: {e}")
+        rs = _scan_case(case, seed, failures, counts)
+        if rs is None:
             continue
         try:
             with warnings.catch_warnings():
@@ -213,8 +221,6 @@ def test_tile_compressed_images_read_as_astropy_reads_them(tmp_path: Path, kind:
     """Each codec and type astropy (cfitsio's compressor) writes, in tiles of several rows and columns:
     refset's values equal astropy's, and so do fsspec's + zarr's from the saved set (imagecodecs
     registered for Rice); every tile is a chunk whose bytes lie in the table's heap."""
-    zarr = pytest.importorskip("zarr")
-    fsspec = pytest.importorskip("fsspec")
     rng = np.random.default_rng(7)
     info = np.iinfo(dtype) if dtype[0] in "iu" else None
     values = rng.integers(max(info.min, -(10**6)), min(info.max, 10**6), (3, 12, 20)).astype(dtype) if info \
@@ -238,11 +244,7 @@ def test_tile_compressed_images_read_as_astropy_reads_them(tmp_path: Path, kind:
         sizes = [len(np.asarray(row)) for row in table.data["COMPRESSED_DATA"]]
     chunks = refset.scan(str(path), inline_threshold=0).table("SCI")  # small tiles are inlined otherwise
     assert (chunks.offset.ravel() >= heap).all() and chunks.length.ravel().tolist() == sizes
-    import imagecodecs.numcodecs
-
-    imagecodecs.numcodecs.register_codecs(verbose=False)
-    mapper = fsspec.filesystem("reference", fo=rs.to_dict()).get_mapper("")
-    np.testing.assert_array_equal(zarr.open_group(mapper, mode="r", zarr_format=2)["SCI"][...], want)
+    np.testing.assert_array_equal(read_through_fsspec(rs, "SCI"), want)
 
 
 def test_rice_one_is_rice_1(tmp_path: Path) -> None:
@@ -364,17 +366,8 @@ def test_tile_table_fuzz(tmp_path: Path) -> None:
             at = rng.randrange(lo, hi) if rng.random() < 0.5 else rng.randrange(lo, min(hi, lo + 64))  # rows
             b[at] = rng.choice((b[at] ^ (1 << rng.randrange(8)), rng.randrange(256), 0, 255))
         case.write_bytes(bytes(b))
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # images left out
-                rs = refset.scan(str(case))
-        except RefsetError as e:
-            counts["refset error"] += 1
-            if str(case) not in str(e):
-                failures.append(f"seed {seed}: unnamed {e}")
-            continue
-        except Exception as e:
-            failures.append(f"seed {seed}: bare {type(e).__name__}: {e}")
+        rs = _scan_case(case, seed, failures, counts)
+        if rs is None:
             continue
         for name in rs.metadata:
             try:

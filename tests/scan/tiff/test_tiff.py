@@ -18,6 +18,7 @@ import refset
 from refset.errors import InvalidFile, Unsupported
 from refset.scan.tiff.scanner import TiffScanner
 from refset.testing import ScannerTests
+from tests.helpers import read_through_fsspec
 
 tifffile = pytest.importorskip("tifffile")
 pytest.importorskip("imagecodecs")
@@ -168,19 +169,12 @@ def test_gdal_nodata_is_the_fill_value(tmp_path: Path) -> None:
 @pytest.mark.skipif(not COGS, reason="shared corpus not found (CI provides it)")
 @pytest.mark.parametrize("path", COGS, ids=lambda p: p.name)
 def test_corpus_cogs_read_as_tifffile_and_through_fsspec(path: Path) -> None:
-    fsspec = pytest.importorskip("fsspec")
-    zarr = pytest.importorskip("zarr")
     rs = refset.scan(str(path))
     tf = tifffile.TiffFile(path)
     for k, page in enumerate(tf.pages):
         np.testing.assert_array_equal(_read(rs, str(k)), page.asarray())
     # a foreign reader of the saved set: fsspec's ReferenceFileSystem + zarr, imagecodecs registered
-    import imagecodecs.numcodecs
-
-    imagecodecs.numcodecs.register_codecs(verbose=False)
-    mapper = fsspec.filesystem("reference", fo=rs.to_dict()).get_mapper("")
-    group = zarr.open_group(mapper, mode="r", zarr_format=2)
-    np.testing.assert_array_equal(group["0"][...], tf.pages[0].asarray())
+    np.testing.assert_array_equal(read_through_fsspec(rs, "0"), tf.pages[0].asarray())
 
 
 def test_pages_of_one_size_and_other_samples_and_volumes(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import refset
 from refset.errors import InvalidFile, Unsupported
 from refset.scan.tiff.scanner import TiffScanner
 from refset.testing import ScannerTests
+from tests.helpers import read_through_fsspec
 
 tifffile = pytest.importorskip("tifffile")
 imagecodecs = pytest.importorskip("imagecodecs")
@@ -77,14 +78,7 @@ def _oracle_colorspaces(page: Any) -> tuple[Any, Any]:
 
 def _through_zarr(rs: refset.ReferenceSet, name: str = "0") -> np.ndarray:
     """A foreign reader of the saved set: fsspec's ReferenceFileSystem + zarr, imagecodecs registered."""
-    fsspec = pytest.importorskip("fsspec")
-    zarr = pytest.importorskip("zarr")
-    import imagecodecs.numcodecs
-
-    imagecodecs.numcodecs.register_codecs(verbose=False)
-    mapper = fsspec.filesystem("reference", fo=rs.to_dict()).get_mapper("")
-    group = zarr.open_group(mapper, mode="r", zarr_format=2)
-    return np.asarray(group[name][...])
+    return read_through_fsspec(rs, name)  # type: ignore[no-any-return]
 
 
 class TestTiffJpegConformance(ScannerTests):
