@@ -302,6 +302,13 @@ def _jpegxl_kind(ifd: Ifd, name: str, code: int, dtype: np.dtype[Any], offsets: 
                            "converts the decoded samples to the image's type, a zarr codec does not)")
 
 
+def _segments(ifd: Ifd) -> tuple[bool, np.ndarray, np.ndarray]:
+    """``(tiled, offsets, byte counts)`` of the image's tiles, or of its strips."""
+    tiled = ifd.has(TILE_WIDTH) or ifd.has(TILE_OFFSETS)
+    offsets = ifd.ints(TILE_OFFSETS if tiled else STRIP_OFFSETS, types=_OFFSET_TYPES)
+    return tiled, offsets, ifd.ints(TILE_COUNTS if tiled else STRIP_COUNTS, types=_OFFSET_TYPES)
+
+
 def _peeks(ifds: list[Ifd]) -> list[tuple[int, int]]:
     """The byte ranges ``[start, end)`` the codecs' choice reads in the images' data: an RGB JPEG
     image's first JFIF marker (:func:`_jfif`), a 9- to 16-bit JPEG XL image's first stream header
@@ -312,9 +319,7 @@ def _peeks(ifds: list[Ifd]) -> list[tuple[int, int]]:
             code = ifd.one(COMPRESSION, 1)
             if code not in (JPEG, JPEGXL, JPEGXL_DNG):
                 continue
-            tiled = ifd.has(TILE_WIDTH) or ifd.has(TILE_OFFSETS)
-            offsets = ifd.ints(TILE_OFFSETS if tiled else STRIP_OFFSETS, types=_OFFSET_TYPES)
-            counts = ifd.ints(TILE_COUNTS if tiled else STRIP_COUNTS, types=_OFFSET_TYPES)
+            _, offsets, counts = _segments(ifd)
             if not offsets.size or offsets.size != counts.size:
                 continue
             if code == JPEG and ifd.one(PHOTOMETRIC, 0) == 2 and offsets[0] > 0 and counts[0] >= 11:
@@ -365,12 +370,11 @@ def _image(out: SetWriter, ifd: Ifd, k: int, name: str, base: tuple[int, int], g
     dtype = _dtype(ifd, name)
     if ifd.one(IMAGE_DEPTH, 1) != 1:
         raise cannot(name, f"a volumetric image ({ifd.one(IMAGE_DEPTH, 1)} planes deep, SGI's ImageDepth)")
-    if ifd.has(TILE_WIDTH) or ifd.has(TILE_OFFSETS):
+    tiled, offsets, counts = _segments(ifd)
+    if tiled:
         tw, tl = ifd.one(TILE_WIDTH), ifd.one(TILE_LENGTH)
-        offsets, counts = ifd.ints(TILE_OFFSETS, types=_OFFSET_TYPES), ifd.ints(TILE_COUNTS, types=_OFFSET_TYPES)
     else:
         tw, tl = w, min(ifd.one(ROWS_PER_STRIP, 2**32 - 1), h)
-        offsets, counts = ifd.ints(STRIP_OFFSETS, types=_OFFSET_TYPES), ifd.ints(STRIP_COUNTS, types=_OFFSET_TYPES)
         if tl > 0 and h % tl:
             raise cannot(name, f"its last strip holds {h % tl} of {tl} rows (a zarr chunk is whole: rewrite it "
                                "tiled, or with rows per strip dividing its height)")
