@@ -14,11 +14,13 @@ from refset.combine.values import attributes_of, read_arrays
 from refset.errors import InvalidReferences, Unsupported
 from refset.model.array import Array
 from refset.model.decoding import (
+    absent_reads_missing,
     attrs_difference,
     bounds_parent,
     calendars_needing_dates,
     decoding_attrs,
     decoding_codecs,
+    missing_fill,
     same_calendar_after_1582,
     time_encoding,
 )
@@ -34,6 +36,8 @@ __all__ = ["Combiner"]
 
 #: Values of time variables read to see whether two calendars agree on them (at most).
 _DATES_CHECKED = 1 << 22
+#: Places along a variable's concat dims checked one by one for rows no input holds (more: assumed).
+_HOLES_CHECKED = 1 << 24
 
 
 class Combiner:
@@ -128,6 +132,14 @@ class Combiner:
         if parent in self.dim_names and "units" not in attrs and self.coord(parent).decoded:
             attrs = {**attrs, **self.coord(parent).decoded}  # bounds of times now held as datetime64
         out = meta.replace(shape=shape, chunks=chunks, attributes=attrs, dimension_names=new_dims + dims)
+        if len(have) < inp.n and self.holes(have, [d for d in dims if d in axes] + [c.dim for c in gains]) \
+                and not absent_reads_missing(out, attrs):
+            # rows no input holds read as the fill value: one that decodes as missing, as
+            # xr.open_mfdataset fills them (NaN), or else a part of missing values
+            fill = missing_fill(out, attrs)
+            if fill is None or not self.complete(path, have):
+                return self.missing_part(path, have, out, gains)
+            out = out.replace(fill_value=fill)
         grid = out.grid
         rows = inp.rows(path)
         sel: slice | np.ndarray = slice(None)
@@ -159,6 +171,49 @@ class Combiner:
         flat_at, kind, path_id, offset, length = cols
         self.arrays[path] = Array(out, ChunkTable.from_entries(grid, flat_at, kind, path_id, offset, length,
                                                                inline=inl.moved(cols[0][inl.flat])))
+
+    def holes(self, have: list[int], dims: list[str]) -> bool:
+        """Whether the places along concat dims ``dims`` (one cell per combination of their values)
+        are not all held by the inputs ``have``."""
+        lacking = np.setdiff1d(np.arange(self.inputs.n), have)
+        coords = [self.coord(d) for d in dims]
+        if not lacking.size or not any(c.sizes[lacking].any() for c in coords):
+            return False
+        shape = [len(c.values) for c in coords]
+        if int(np.prod(shape, dtype=np.int64)) > _HOLES_CHECKED:
+            return True
+        held = np.zeros(shape, bool)
+        if len(coords) == 1:  # one numpy pass over every input's values
+            c = coords[0]
+            owner = np.repeat(np.arange(self.inputs.n), c.sizes)
+            held[np.searchsorted(c.values, c.flat[np.isin(owner, have)])] = True
+        else:
+            for i in have:
+                held[np.ix_(*(np.searchsorted(c.values, c.flat[c.starts[i]:c.starts[i] + c.sizes[i]])
+                              for c in coords))] = True
+        return not bool(held.all())
+
+    def complete(self, path: str, have: list[int]) -> bool:
+        """Whether every input in ``have`` holds a reference for each chunk of ``path`` (no chunk of
+        theirs reads as the fill value)."""
+        inp = self.inputs
+        counts = np.diff(inp.rows(path).bounds)
+        return all(int(counts[i]) == inp.grids[i][path].nchunks for i in have)
+
+    def missing_part(self, path: str, have: list[int], out: ArrayMetadata, gains: list[Coordinate]) -> None:
+        """``path``, which some inputs lack and whose fill value cannot read as missing without changing
+        stored values (integers without ``_FillValue``), as a variable made of parts: the rows no input
+        holds a part of missing values, as ``xr.open_mfdataset`` fills them."""
+        if len(self.coords) == 1 and not gains:
+            place_parts(self, path, self.coords[0].dim, self.mixed, None)
+            return
+        lacking = [self.names[i] for i in range(self.inputs.n) if i not in set(have)]
+        raise Unsupported(
+            f"variable {path!r}: missing from {len(lacking)} input(s) ({', '.join(map(repr, lacking[:3]))}"
+            f"{', ...' if len(lacking) > 3 else ''}), and as {out.dtype} without a fill value xarray masks its rows "
+            f"there would read {out.fill!r} where xr.open_mfdataset gives NaN; refset fills such rows with a part "
+            "of missing values along one existing concat dim only (drop the variable, or combine along "
+            "one dim the files have)")
 
     def overlaps(self, path: str, grid: Any, dst: np.ndarray, owners: np.ndarray,
                  strict: bool) -> np.ndarray | None:

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 __all__ = ["CF_DECODING", "decoding_codecs", "decoding_attrs", "time_encoding", "attrs_difference", "calendar",
-           "calendars_needing_dates", "same_calendar_after_1582", "bounds_parent", "is_time_units"]
+           "calendars_needing_dates", "same_calendar_after_1582", "bounds_parent", "is_time_units",
+           "absent_reads_missing", "missing_fill"]
 
 #: CF attributes xarray decodes stored values with (besides the ``units``/``calendar`` of times).
 CF_DECODING = ("scale_factor", "add_offset", "_FillValue", "missing_value", "valid_min", "valid_max",
@@ -182,4 +183,62 @@ def bounds_parent(metadata: Mapping[str, ArrayMetadata], path: str) -> str | Non
             continue
         if m.attributes.get("bounds") == leaf:
             return var
+    return None
+
+
+def _mask_values(meta: ArrayMetadata, attrs: Mapping[str, Any]) -> list[Any]:
+    """The values xarray's CF decoding masks besides the zarr fill value: a zarr v3 array's
+    ``_FillValue`` attribute (xarray's encoding of it) and ``missing_value`` (one value or several)."""
+    from refset.model.dtypes import xarray_fill_value
+
+    out: list[Any] = []
+    if meta.zarr_format == 3 and "_FillValue" in attrs:
+        out.append(xarray_fill_value(attrs["_FillValue"], meta.dtype))
+    mv = attrs.get("missing_value")
+    out.extend(mv if isinstance(mv, list) else [] if mv is None else [mv])
+    return out
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) or (a != a and b != b)
+    except (TypeError, ValueError):
+        return False
+
+
+def absent_reads_missing(meta: ArrayMetadata, attrs: Mapping[str, Any]) -> bool:
+    """Whether a chunk without a reference decodes as missing (NaN) in xarray with its CF masking on: it
+    reads as the zarr fill value, which must be NaN or a value xarray masks (zarr v2: the fill value is
+    xarray's ``_FillValue``; zarr v3: the ``_FillValue`` or ``missing_value`` attribute equal to it)."""
+    fill = meta.fill
+    if fill is None:
+        return False
+    if meta.dtype.kind in "fc" and meta.dtype.names is None and fill != fill:
+        return True
+    if meta.zarr_format == 2:
+        return True
+    return any(_equal(fill, m) for m in _mask_values(meta, attrs))
+
+
+def missing_fill(meta: ArrayMetadata, attrs: Mapping[str, Any]) -> Any:
+    """A zarr fill value (the document's JSON form) under which a chunk without a reference decodes as
+    missing and present values decode as before, or None when there is none: NaN for floats; for
+    integers a value xarray masks already (``missing_value``, a zarr v3 ``_FillValue``) that the type
+    holds. Integers without one have no such value: any other would mask stored values."""
+    import numpy as np
+
+    from refset.model.dtypes import fill_json
+
+    dt = meta.dtype
+    if dt.names is not None:
+        return None
+    if dt.kind in "fc":
+        return fill_json(np.nan, dt)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        for m in _mask_values(meta, attrs):
+            if isinstance(m, bool) or not isinstance(m, int | float) or m != m:
+                continue
+            if float(m).is_integer() and info.min <= m <= info.max:
+                return int(m)
     return None

@@ -28,6 +28,9 @@ V2_ARRAY, V2_ATTRS, V3_DOC = ".zarray", ".zattrs", "zarr.json"
 #: The documents an array's metadata may be stored in (what a set derives from its metadata).
 DOCUMENT_NAMES = (V2_ARRAY, V2_ATTRS, V3_DOC)
 
+_KEEP: Any = object()  # replace(): a field left as it is
+
+
 def _numpy_value(o: Any) -> Any:
     if isinstance(o, np.generic | np.ndarray):
         return o.tolist()
@@ -240,9 +243,13 @@ class ArrayMetadata:
         chunks: Sequence[int] | None = None,
         attributes: Mapping[str, Any] | None = None,
         dimension_names: Sequence[str] | None = None,
+        fill_value: Any = _KEEP,
     ) -> ArrayMetadata:
-        """This metadata with the given fields changed (same zarr format; written as compact JSON)."""
+        """This metadata with the given fields changed (same zarr format; written as compact JSON).
+        ``fill_value`` is given in the document's JSON form (``"NaN"`` for a float NaN)."""
         doc = dict(self._doc)
+        if fill_value is not _KEEP:
+            doc["fill_value"] = fill_value
         if self.zarr_format == 2:
             if shape is not None:
                 doc["shape"] = [int(s) for s in shape]
