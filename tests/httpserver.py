@@ -14,7 +14,7 @@ From the command line (benchmarks run it in its own process)::
 
     python tests/httpserver.py DIR --delay 0.02 --port 0 [--rate 100e6] [--threads]
     # prints "http://127.0.0.1:PORT" on its first line; GET /__count__ answers the request count,
-    # GET /__bytes__ the body bytes sent. It runs on one asyncio loop (no fault modes; --threads:
+    # GET /__bytes__ the body bytes sent, GET /__refused__ the 412 answers. It runs on one asyncio loop (no fault modes; --threads:
     # the tests' threaded server)
 """
 
@@ -32,7 +32,8 @@ from typing import Any
 
 __all__ = ["RangeServer", "FAULTS"]
 
-FAULTS = (None, "stall", "shift", "short", "ignore", "truncate", "500", "gzip-encoding")
+FAULTS = (None, "stall", "shift", "short", "ignore", "truncate", "500", "gzip-encoding", "ignore-conditions",
+          "no-validators")
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
@@ -54,6 +55,33 @@ def _range(header: str | None, size: int) -> tuple[int, int, int]:
     if int(a) >= size:
         return 416, 0, 0
     return 206, int(a), (min(int(b) + 1, size) if b else size)
+
+
+def validators(path: str) -> tuple[str, str]:
+    """(ETag, Last-Modified) of a file as nginx makes them: the modification time and size in hex,
+    and the modification time as an HTTP date (whole seconds)."""
+    from email.utils import formatdate
+
+    st = os.stat(path)
+    return f'"{int(st.st_mtime):x}-{st.st_size:x}"', formatdate(int(st.st_mtime), usegmt=True)
+
+
+def precondition_failed(path: str, if_match: str | None, if_unmodified_since: str | None) -> bool:
+    """Whether a request's preconditions fail (RFC 9110 13.2.2): ``If-Match`` (strong comparison,
+    ``*`` any), else ``If-Unmodified-Since`` (whole seconds)."""
+    etag, last_modified = validators(path)
+    if if_match is not None:
+        tags = [t.strip() for t in if_match.split(",")]
+        return "*" not in tags and etag not in tags
+    if if_unmodified_since is not None:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            since = parsedate_to_datetime(if_unmodified_since).timestamp()
+        except (TypeError, ValueError):
+            return False
+        return int(os.stat(path).st_mtime) > since
+    return False
 
 
 _PIECE = 64 * 1024  # bodies are written in pieces of this size when a bandwidth cap is set
@@ -138,6 +166,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         size = os.path.getsize(path)
+        fault = self.server.fault
+        if fault not in ("ignore-conditions", "no-validators") and precondition_failed(
+                path, self.headers.get("If-Match"), self.headers.get("If-Unmodified-Since")):
+            self.server.bump(0, 0, 1)
+            self.send_response(412)
+            self._validators(path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         status, start, end = _range(self.headers.get("Range"), size)  # end exclusive
         if status == 416:
             self.send_response(416)
@@ -145,7 +182,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        fault = self.server.fault
         if fault == "500":
             self.send_response(500)
             self.send_header("Content-Length", "0")
@@ -163,6 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.send_response(status)
         self.send_header("Accept-Ranges", "bytes")
+        self._validators(path)
         self.send_header("Content-Length", str(end - start))
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{max(end - 1, start)}/{size}")
@@ -186,6 +223,12 @@ class _Handler(BaseHTTPRequestHandler):
                     bucket.take(len(piece))
                     self.wfile.write(piece)
 
+    def _validators(self, path: str) -> None:
+        if self.server.fault != "no-validators":
+            etag, last_modified = validators(path)
+            self.send_header("ETag", etag)
+            self.send_header("Last-Modified", last_modified)
+
     def do_GET(self) -> None:
         self._reply(True)
 
@@ -206,14 +249,16 @@ class _Server(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self.count = 0
         self.nbytes = 0
+        self.refused = 0  # 412 answers (a precondition failed)
         self.inflight = 0
         self.most_inflight = 0  # the most requests waiting out their delay at once
         self._lock = threading.Lock()
 
-    def bump(self, requests: int = 1, nbytes: int = 0) -> None:
+    def bump(self, requests: int = 1, nbytes: int = 0, refused: int = 0) -> None:
         with self._lock:
             self.count += requests
             self.nbytes += nbytes
+            self.refused += refused
 
     def enter(self) -> None:
         with self._lock:
@@ -248,6 +293,11 @@ class RangeServer:
         return self._srv.nbytes
 
     @property
+    def refused(self) -> int:
+        """412 answers so far (since the last :meth:`reset`): reads of a file that changed."""
+        return self._srv.refused
+
+    @property
     def most_inflight(self) -> int:
         """The most requests the server was answering at once (since the last :meth:`reset`)."""
         return self._srv.most_inflight
@@ -255,6 +305,7 @@ class RangeServer:
     def reset(self) -> None:
         self._srv.count = 0
         self._srv.nbytes = 0
+        self._srv.refused = 0
         self._srv.most_inflight = 0
 
     @property
@@ -271,8 +322,11 @@ class RangeServer:
         answers start one byte late, with a Content-Range saying so and the right length), ``"short"``
         (range answers one byte short, and say so), ``"ignore"`` (Range ignored: 200 and the whole
         file), ``"truncate"`` (the body stops halfway through its Content-Length, the connection
-        closes), ``"500"`` (every answer an HTTP 500) or ``"gzip-encoding"`` (every answer says
-        ``Content-Encoding: gzip``)."""
+        closes), ``"500"`` (every answer an HTTP 500), ``"gzip-encoding"`` (every answer says
+        ``Content-Encoding: gzip``), ``"ignore-conditions"`` (``If-Match``/``If-Unmodified-Since``
+        ignored; answers still carry ``ETag`` and ``Last-Modified``) or ``"no-validators"`` (neither
+        header sent, conditions ignored). Without a fault, answers carry ``ETag`` and
+        ``Last-Modified`` as nginx makes them and failed preconditions are answered 412."""
         return self._srv.fault
 
     @fault.setter
@@ -304,6 +358,7 @@ class _AsyncServer:
         self.bucket = _Bucket(rate) if rate else None  # bandwidth cap, bytes/s, all connections
         self.count = 0
         self.nbytes = 0
+        self.refused = 0
 
     async def _send(self, w: Any, data: bytes) -> None:
         if self.bucket is None:
@@ -330,21 +385,23 @@ class _AsyncServer:
                     k, _, v = line.partition(":")
                     fields[k.strip().lower()] = v.strip()
                 rng = fields.get("range")
+                cond = fields.get("if-match"), fields.get("if-unmodified-since")
                 conn = fields.get("connection", "").lower()
                 close = conn == "close" or (version == "HTTP/1.0" and conn != "keep-alive")
                 if method not in ("GET", "HEAD"):
                     w.write(b"HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                     await w.drain()
                     return
-                if target in ("/__count__", "/__bytes__"):
-                    body = str(self.count if target == "/__count__" else self.nbytes).encode()
+                if target in ("/__count__", "/__bytes__", "/__refused__"):
+                    body = str({"/__count__": self.count, "/__bytes__": self.nbytes,
+                                "/__refused__": self.refused}[target]).encode()
                     w.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
                     await w.drain()
                     continue
                 self.count += 1
                 if self.delay:
                     await asyncio.sleep(self.delay)
-                status, hdrs, body = self._answer(target, rng, method == "GET")
+                status, hdrs, body = self._answer(target, rng, method == "GET", cond)
                 if close:
                     hdrs += "Connection: close\r\n"
                 w.write(f"HTTP/1.1 {status}\r\n{hdrs}\r\n".encode())
@@ -360,10 +417,16 @@ class _AsyncServer:
         finally:
             w.close()
 
-    def _answer(self, target: str, rng: str | None, body: bool) -> tuple[str, str, bytes]:
+    def _answer(self, target: str, rng: str | None, body: bool,
+                cond: tuple[str | None, str | None] = (None, None)) -> tuple[str, str, bytes]:
         path = _served(self.root, target)
         if path is None:
             return "404 Not Found", "Content-Length: 0\r\n", b""
+        etag, last_modified = validators(path)
+        tags = f"ETag: {etag}\r\nLast-Modified: {last_modified}\r\n"
+        if precondition_failed(path, *cond):
+            self.refused += 1
+            return "412 Precondition Failed", tags + "Content-Length: 0\r\n", b""
         size = os.path.getsize(path)
         code, start, end = _range(rng, size)
         if code == 416:
@@ -377,7 +440,7 @@ class _AsyncServer:
             with open(path, "rb") as f:
                 f.seek(start)
                 data = f.read(end - start)
-        return status, f"Accept-Ranges: bytes\r\nContent-Length: {end - start}\r\n{extra}", data
+        return status, f"Accept-Ranges: bytes\r\n{tags}Content-Length: {end - start}\r\n{extra}", data
 
 
 def _serve_async(root: str, delay: float, port: int, rate: float | None) -> None:

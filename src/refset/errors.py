@@ -19,6 +19,7 @@ __all__ = [
     "InvalidFile",
     "ReferenceNotReachable",
     "ShortRead",
+    "SourceChanged",
     "located",
     "error_name",
 ]
@@ -69,10 +70,10 @@ class ReferenceNotReachable(RefsetError, OSError):
         super().__init__(msg + (f": {reason}" if reason else ""))
 
     @classmethod
-    def wrap(cls, key: str, url: str, cause: BaseException) -> ReferenceNotReachable:
+    def wrap(cls, key: str, url: str, cause: BaseException) -> ReferenceNotReachable | SourceChanged:
         """The error for ``key`` at ``url`` caused by ``cause`` (kept as ``__cause__``)."""
-        if isinstance(cause, ReferenceNotReachable):
-            return cause
+        if isinstance(cause, ReferenceNotReachable | SourceChanged):
+            return cause  # a changed source is its own error: not "unreachable"
         err = cls(key, url, f"{type(cause).__name__}: {cause}")
         err.__cause__ = cause
         return err
@@ -84,6 +85,52 @@ class ReferenceNotReachable(RefsetError, OSError):
 
 class ShortRead(RefsetError, OSError):
     """A target returned a different number of bytes than the range asked for."""
+
+
+#: How a file's record is spelled: (size, mtime_ns, etag, last_modified), None where unknown.
+_Record = tuple[Any, Any, Any, Any]
+
+#: What a reader of a changed file is told to do.
+ADVICE = "rescan it (`refset refresh SET`, or scan it again), or read with verify_sources=False to read it anyway"
+
+
+def shown_record(rec: _Record | None) -> str:
+    """A file's record in words (``size 1,234, modified 2026-11-28 22:48:39.123456789 UTC, ETag "a1"``)."""
+    if rec is None:
+        return "no such file"
+    size, mtime_ns, etag, last_modified = rec
+    out = []
+    if size is not None:
+        out.append(f"size {size:,}")
+    if mtime_ns is not None:
+        import datetime
+
+        t = datetime.datetime.fromtimestamp(mtime_ns // 10**9, datetime.UTC)
+        out.append(f"modified {t:%Y-%m-%d %H:%M:%S}.{mtime_ns % 10**9:09d} UTC")
+    if etag is not None:
+        out.append(f"ETag {etag}")
+    if last_modified is not None:
+        out.append(f"Last-Modified {last_modified}")
+    return ", ".join(out) or "nothing recorded"
+
+
+class SourceChanged(RefsetError, OSError):
+    """A file a reference set points into is not what it was when the set was made (rewritten in
+    place, re-uploaded, replaced): its bytes would be read under the old metadata. ``url``: the file;
+    ``recorded`` and ``now``: what the set recorded and what is there now, each ``(size, mtime_ns,
+    etag, last_modified)`` with None where unknown (``now`` None: the file is gone); ``key``: the key
+    being read, when there is one."""
+
+    def __init__(self, url: str, recorded: _Record | None, now: _Record | None, reason: str = "",
+                 key: str = "") -> None:
+        self.url, self.recorded, self.now, self.reason, self.key = url, recorded, now, reason, key
+        what = reason or ADVICE
+        where = f"reading {key!r}: " if key else ""
+        super().__init__(f"{where}{url} changed since its reference set was made: recorded "
+                         f"{shown_record(recorded)}; now {shown_record(now)}: {what}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.url, self.recorded, self.now, self.reason, self.key))
 
 
 class OptionRef(NamedTuple):

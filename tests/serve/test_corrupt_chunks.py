@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import refset
-from refset.errors import InvalidFile, Unsupported
+from refset.errors import InvalidFile, SourceChanged, Unsupported
 
 netCDF4 = pytest.importorskip("netCDF4")
 xr = pytest.importorskip("xarray")
@@ -31,7 +31,9 @@ def test_a_chunk_that_does_not_decode_is_named(tmp_path: Path):
     for k in range(offset + 8, offset + length - 8, 7):  # the stream's body, not its header
         data[k] ^= 0x55
     p.write_bytes(bytes(data))
-    ds = xr.open_dataset(rs, engine="refset")
+    with pytest.raises(SourceChanged, match=rf"{p} changed since its reference set was made"):
+        xr.open_dataset(rs, engine="refset").v.load()  # the file's fingerprint says so first
+    ds = xr.open_dataset(rs, engine="refset", verify_sources=False)  # what a corrupt chunk gives
     with pytest.raises(InvalidFile, match=rf"(chunk 'v/1\.0'|array 'v') in '{p}': .*do not decode .*\(zlib\.error: "):
         ds.v.load()
     with pytest.raises(InvalidFile, match=rf"array 'v' in '{p}': a chunk's bytes do not decode .*\(zlib\.error: "):

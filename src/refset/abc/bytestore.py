@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from refset.io.fingerprint import Fingerprint
 
 __all__ = ["ByteStore"]
 
@@ -37,6 +41,14 @@ class ByteStore(ABC):
         if end is None or len(data) < end - start:
             return data, start + len(data)
         return data, None
+
+    def read_fingerprinted(self, path: str = "", start: int = 0, end: int | None = None,
+                           ) -> tuple[bytes, int | None, Fingerprint | None]:
+        """:meth:`read_sized`, and what the answer tells of the file
+        (:class:`~refset.io.fingerprint.Fingerprint`: an HTTP or S3 answer's ``ETag``, ``Last-Modified``
+        and size), None when it tells nothing. Note to implementers: the default tells nothing."""
+        data, size = self.read_sized(path, start, end)
+        return data, size, None
 
     def read_ranges(self, path: str, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
         """Bytes ``[starts[i], ends[i])`` of the file at ``path`` for every i, each exactly as long as

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
+from refset.model.fingerprints import Fingerprints
 from refset.model.metadata import ArrayMetadata
 from refset.model.table import ChunkTable, KeyTable, Ref
 
@@ -62,6 +63,10 @@ class Source(Protocol):
     def urls(self) -> tuple[str, ...]:
         """The URL table so far; it only grows, so a ``path_id`` handed out stays valid. Tables
         returned by :meth:`table` and :meth:`other` index it."""
+
+    def fingerprints(self) -> Fingerprints:
+        """What the set's files were when scanned (:mod:`refset.model.fingerprints`), known at open;
+        empty when the set records none. Optional: a source without this member records none."""
 
     def table(self, path: str) -> ChunkTable:
         """The chunk table of array ``path`` (may read and decode)."""

@@ -188,6 +188,7 @@ def _combine(inputs: SetStack, dims: list[str], identical_dims: Sequence[str],
              postprocess: Callable[[ReferenceSet], ReferenceSet] | None, check: bool,
              ro: Mapping[str, Any]) -> ReferenceSet:
     _check_identical(identical_dims, inputs.paths())
+    inputs.all_fingerprints()  # inputs made from two versions of one file are refused before any work
     coords = coordinates(inputs, dims, dict(coo_map or {}), dict(coo_dtypes or {}), ro)
     out = Combiner(inputs, coords, set(identical_dims), check, ro).build()
     return postprocess(out) if postprocess is not None else out

@@ -45,6 +45,7 @@ class Combiner:
                  so: Mapping[str, Any]) -> None:
         # so: fsspec options for the data files the references point into (identical dims' values)
         self.inputs, self.names, self.coords = inputs, inputs.names, coords
+        self.fingerprints = inputs.all_fingerprints()  # first: inputs made from two versions of a file
         self.identical, self.check, self.so = identical, check, so
         self.dim_names = {c.dim for c in coords}
         self.new = [c for c in coords if c.new]
@@ -79,7 +80,8 @@ class Combiner:
             if pid == len(urls):
                 urls.append(v[0])
             rows[k] = (RANGE, pid, v[1], v[2], None) if len(v) == 3 else (WHOLE, pid, 0, 0, None)
-        return ReferenceSet.from_arrays({}, self.arrays, urls, other=KeyTable.from_items(rows), validate=False)
+        return ReferenceSet.from_arrays({}, self.arrays, urls, other=KeyTable.from_items(rows), validate=False,
+                                        fingerprints=self.fingerprints)
 
     # -- one variable -------------------------------------------------------------------------------
     def variable(self, path: str) -> None:

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from refset.errors import ShortRead
+from refset.errors import ShortRead, SourceChanged
+from refset.io.fingerprint import Fingerprint, changed, conditions, from_headers, http_date, local_fingerprint
 
 __all__ = [
     "Plan",
@@ -31,6 +32,7 @@ __all__ = [
     "RangeReader",
     "read_range",
     "read_range_sized",
+    "read_range_fingerprinted",
     "acall",
     "DEFAULT_MAX_GAP",
     "DEFAULT_MAX_BLOCK",
@@ -185,7 +187,11 @@ class Targets:
     ``remote_protocol`` (or, when that is not given, every filesystem created here). URLs without a
     protocol are local paths, unless ``remote_protocol`` (or a single ``fs``) says otherwise.
     ``timeout``: seconds one attempt of a read may take (None: no limit); ``retries``: further
-    attempts after a transient failure or a timeout, with exponential backoff.
+    attempts after a transient failure or a timeout, with exponential backoff. ``recorded(url)``: what
+    the file at ``url`` was when its set was made (a :class:`~refset.io.fingerprint.Fingerprint`-shaped
+    tuple, or None): reads of a file that differs raise :class:`~refset.errors.SourceChanged` (a local
+    file is looked at once, with one ``stat``; HTTP and S3 reads are made conditional on it, at no
+    extra request); None: nothing is checked.
     """
 
     def __init__(
@@ -196,6 +202,7 @@ class Targets:
         fs: Any = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         retries: int = RETRIES,
+        recorded: Callable[[str], tuple[Any, ...] | None] | None = None,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout: expected a positive number of seconds or None, got {timeout!r}")
@@ -208,6 +215,8 @@ class Targets:
         self.remote_options = {
             k: v for k, v in (remote_options or {}).items() if k not in ("asynchronous", "loop")
         }
+        self.recorded = recorded
+        self._checked: dict[str, SourceChanged | None] = {}  # files looked at: None when unchanged
         self._fss: dict[str | None, Any] = {}
         self._opts: dict[str | None, dict[str, Any]] = {}
         self._lock = threading.RLock()  # _create may call get() for the remote protocol
@@ -275,6 +284,38 @@ class Targets:
         """The filesystems created or given so far."""
         return dict(self._fss)
 
+    # -- what the files were -----------------------------------------------------------------------
+    def expected(self, url: str) -> tuple[Any, ...] | None:
+        """What ``url`` must still be for its bytes to be read (None: not checked). A file found
+        changed before raises its :class:`~refset.errors.SourceChanged` again, without a request."""
+        if self.recorded is None:
+            return None
+        got = self._checked.get(url)
+        if got is not None:
+            raise got
+        rec = self.recorded(url)
+        return rec if rec is not None and Fingerprint(*rec).known else None
+
+    def found(self, url: str, recorded: tuple[Any, ...], now: tuple[Any, ...] | None) -> None:
+        """What a read saw of ``url``: :class:`~refset.errors.SourceChanged` (remembered, so later reads
+        fail the same way) when it is not what was ``recorded``."""
+        if now is not None and not changed(recorded, now):
+            return
+        err = self._checked[url] = SourceChanged(url, recorded, now)
+        raise err
+
+    async def check_local(self, fs: Any, url: str, recorded: tuple[Any, ...]) -> None:
+        """Compare a local file with ``recorded``: one ``stat`` per file for the life of these targets."""
+        if url in self._checked:
+            return
+        path = fs._strip_protocol(url)
+        try:
+            now: tuple[Any, ...] | None = await asyncio.to_thread(local_fingerprint, path)
+        except FileNotFoundError:
+            now = None
+        self.found(url, recorded, now)
+        self._checked[url] = None
+
 
 def _transient(e: BaseException) -> bool:
     """Worth another attempt: network trouble, not a missing file or a bad argument."""
@@ -290,6 +331,14 @@ def _transient(e: BaseException) -> bool:
 def _is_http(fs: Any) -> bool:
     mod = type(fs).__module__ or ""
     return mod.startswith("fsspec.implementations.http") and hasattr(fs, "set_session")
+
+
+def _is_s3(fs: Any) -> bool:
+    return (type(fs).__module__ or "").startswith("s3fs") and hasattr(fs, "_call_s3") and hasattr(fs, "split_path")
+
+
+def _is_local_fs(fs: Any) -> bool:
+    return (type(fs).__module__ or "").startswith("fsspec.implementations.local")
 
 
 def checked_range(url: str, start: int, end: int, status: int, content_range: str | None,
@@ -317,20 +366,99 @@ def checked_range(url: str, start: int, end: int, status: int, content_range: st
     return data, total
 
 
-async def _http_range(fs: Any, url: str, start: int, end: int) -> tuple[bytes, int | None]:
-    """fsspec's HTTP range read, with the answer checked against ``Content-Range``; the file's size
-    when the answer tells it."""
+async def _http_range(fs: Any, url: str, start: int | None, end: int | None,
+                      recorded: tuple[Any, ...] | None = None) -> tuple[bytes, int | None, Fingerprint]:
+    """fsspec's HTTP read of ``[start, end)`` (the whole file when ``start`` is None), the answer
+    checked against ``Content-Range``: its bytes, the file's size when the answer tells it, and the
+    fingerprint the answer tells. ``recorded``: what the file must still be, asked of the server
+    (``If-Match``/``If-Unmodified-Since``: 412 when it is not) and checked in the answer's headers."""
     kw = dict(fs.kwargs)
     headers = dict(kw.pop("headers", None) or {})
-    headers["Range"] = f"bytes={start}-{end - 1}"
+    if start is not None and end is not None:
+        headers["Range"] = f"bytes={start}-{end - 1}"
+    if recorded is not None:
+        headers.update(conditions(recorded))
     session = await fs.set_session()
     async with session.get(fs.encode_url(url), headers=headers, **kw) as r:
+        if r.status == 412 and recorded is not None:
+            raise _changed_answer(url, recorded, from_headers(r.headers, None))
         data = await r.read()
-        if r.status == 416 and start == 0 and (r.headers.get("Content-Range") or "").replace(" ", "") == "bytes*/0":
-            return b"", 0  # an empty file has no range to give (RFC 9110 15.5.17, as S3 answers)
+        if (r.status == 416 and start == 0
+                and (r.headers.get("Content-Range") or "").replace(" ", "") == "bytes*/0"):
+            return b"", 0, from_headers(r.headers, 0)  # an empty file has no range to give (RFC 9110 15.5.17)
         fs._raise_not_found_for_status(r, url)
-        status, content_range = r.status, r.headers.get("Content-Range")
-    return checked_range(url, start, end, status, content_range, data)
+        status, content_range, answer = r.status, r.headers.get("Content-Range"), r.headers
+    if start is None or end is None:
+        got: tuple[bytes, int | None] = (data, len(data)) if status == 200 else checked_range(
+            url, 0, len(data), status, content_range, data)
+    else:
+        got = checked_range(url, start, end, status, content_range, data)
+    return got[0], got[1], from_headers(answer, got[1])
+
+
+def _changed_answer(url: str, recorded: tuple[Any, ...], now: Fingerprint) -> SourceChanged:
+    """The error of a 412 answer: what the server says the file is now, where it says it."""
+    return SourceChanged(url, recorded, now if now.known else None,
+                         "the server refused the read (412 Precondition Failed: the file is not the one "
+                         "scanned): rescan it (`refset refresh SET`), or read with verify_sources=False")
+
+
+def _s3_conditions(recorded: tuple[Any, ...]) -> dict[str, Any]:
+    """:func:`~refset.io.fingerprint.conditions` as boto's ``get_object`` takes them."""
+    from email.utils import parsedate_to_datetime
+
+    out: dict[str, Any] = {}
+    for k, v in conditions(recorded).items():
+        if k == "If-Match":
+            out["IfMatch"] = v
+        else:
+            try:
+                out["IfUnmodifiedSince"] = parsedate_to_datetime(v)
+            except (TypeError, ValueError):
+                pass
+    return out
+
+
+async def _s3_range(fs: Any, url: str, start: int | None, end: int | None,
+                    recorded: tuple[Any, ...] | None = None) -> tuple[bytes, int | None, Fingerprint]:
+    """An S3 read of ``[start, end)`` (the whole object when ``start`` is None) through s3fs's client:
+    its bytes, the object's size (``Content-Range``'s total) and fingerprint (``ETag``,
+    ``Last-Modified``), from the one ``GetObject``; conditional on ``recorded`` as for HTTP."""
+    bucket, key, version = fs.split_path(url)
+    kw: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if version:
+        kw["VersionId"] = version
+    if start is not None and end is not None:
+        kw["Range"] = f"bytes={start}-{end - 1}"
+    if recorded is not None:
+        kw.update(_s3_conditions(recorded))
+    try:
+        resp = await fs._call_s3("get_object", **kw)
+    except OSError as e:
+        cause = getattr(e.__cause__, "response", None) or {}
+        code = (cause.get("Error") or {}).get("Code")
+        status = (cause.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        if recorded is not None and (code == "PreconditionFailed" or status == 412):
+            raise _changed_answer(url, recorded, Fingerprint()) from None
+        if code == "InvalidRange" and start == 0:
+            return b"", 0, Fingerprint(0)
+        raise
+    try:
+        data = await resp["Body"].read()
+    finally:
+        resp["Body"].close()
+    size = None
+    cr = resp.get("ContentRange")
+    if cr and "/" in cr and cr.rsplit("/", 1)[1].strip().isdigit():
+        size = int(cr.rsplit("/", 1)[1])
+    elif start is None:
+        size = len(data)
+    lm = resp.get("LastModified")
+    now = Fingerprint(size, None, resp.get("ETag"), http_date(lm) if lm is not None else None)
+    if start is not None and end is not None:
+        if len(data) > end - start:
+            raise ShortRead(f"{url}: asked for bytes {start}-{end - 1} ({end - start}), got {len(data)} bytes")
+    return data, size, now
 
 
 async def read_range(
@@ -347,16 +475,37 @@ async def read_range_sized(
 ) -> tuple[bytes, int | None]:
     """:func:`read_range` and the file's size when the answer tells it (HTTP's ``Content-Range``:
     no HEAD request needed), else None."""
+    got = await read_range_fingerprinted(targets, url, start, end, retries=retries)
+    return got[0], got[1]
+
+
+async def read_range_fingerprinted(
+    targets: Targets, url: str, start: int | None, end: int | None, *, retries: int | None = None
+) -> tuple[bytes, int | None, Fingerprint | None]:
+    """:func:`read_range_sized` and the fingerprint the answer tells (HTTP and S3: ``ETag``,
+    ``Last-Modified``, the size), else None. When ``targets`` record what the file was, the read is
+    checked against it (:meth:`Targets.expected`): :class:`~refset.errors.SourceChanged` when it
+    differs."""
     fs = targets.for_url(url)
     retries = getattr(targets, "retries", RETRIES) if retries is None else retries
     timeout = getattr(targets, "timeout", DEFAULT_TIMEOUT)
     ranged = start is not None and end is not None and 0 <= start < end
+    whole = start is None and end is None
+    expect = targets.expected(url) if isinstance(targets, Targets) else None
+    if expect is not None and _is_local_fs(fs):
+        await targets.check_local(fs, url, expect)
+        expect = None
     attempt = 0
     size: int | None = None
+    now: Fingerprint | None = None
     while True:
         try:
-            if ranged and _is_http(fs):
-                data, size = await asyncio.wait_for(on_loop(fs, _http_range, fs, url, start, end), timeout)
+            if (ranged or whole) and _is_http(fs):
+                data, size, now = await asyncio.wait_for(
+                    on_loop(fs, _http_range, fs, url, start, end, expect), timeout)
+            elif (ranged or whole) and _is_s3(fs):
+                data, size, now = await asyncio.wait_for(on_loop(fs, _s3_range, fs, url, start, end, expect),
+                                                         timeout)
             else:
                 data = await asyncio.wait_for(acall(fs, "cat_file", url, start=start, end=end), timeout)
             break
@@ -364,13 +513,18 @@ async def read_range_sized(
             if isinstance(e, TimeoutError | asyncio.TimeoutError):
                 e = TimeoutError(f"no answer from {url} within {timeout} s (attempt {attempt + 1} of "
                                  f"{retries + 1})")
+            if isinstance(e, SourceChanged):
+                targets._checked[url] = e
+                raise
             if attempt >= retries or not _transient(e):
                 raise e from None
             attempt += 1
             await asyncio.sleep(0.05 * 2**attempt)
+    if expect is not None and now is not None:  # a server that ignored the condition: its own headers
+        targets.found(url, expect, now)
     if start is not None and end is not None and start >= 0 and end >= 0 and len(data) > end - start:
         raise ShortRead(f"{url}: asked for bytes {start}-{end} ({end - start}), got {len(data)} bytes")
-    return (bytes(data) if not isinstance(data, bytes) else data), size
+    return (bytes(data) if not isinstance(data, bytes) else data), size, now
 
 
 class RangeReader:

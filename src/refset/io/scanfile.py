@@ -18,6 +18,7 @@ from typing import Any
 
 from refset.abc.bytestore import ByteStore
 from refset.errors import InvalidFile
+from refset.io.fingerprint import Fingerprint, local_fingerprint
 from refset.io.store import LocalStore
 
 __all__ = ["ScanFile", "HEAD_BYTES"]
@@ -49,14 +50,19 @@ class ScanFile:
         self.rounds = 0  # and round trips (requests of a round are sent together)
         self.local = isinstance(store, LocalStore)
         self.failure: Exception | None = None  # the first read that failed, as the store raised it
+        #: what the file is, as its first read saw it (local: its stat; remote: the answer's ETag,
+        #: Last-Modified and size), None when the store does not tell
+        self.fingerprint: Fingerprint | None = None
         if isinstance(store, LocalStore):  # self.local, spelled so that mypy narrows the store
             self.file: Any = open(store.root, "rb")
+            self.fingerprint = local_fingerprint(self.file.fileno())
             self.size = self.file.seek(0, io.SEEK_END)
             self.file.seek(0)
             return
         size = None
         if head_bytes > 0:
-            self.head, size = store.read_sized("", 0, head_bytes)  # HTTP tells the size in its answer
+            # HTTP and S3 tell the size (and the fingerprint) in their answer
+            self.head, size, self.fingerprint = store.read_fingerprinted("", 0, head_bytes)
             self.requests, self.nbytes, self.rounds = 1, len(self.head), 1
         if size is None:
             size = store.size()

@@ -12,6 +12,7 @@ from typing import Any
 
 from refset.abc.bytestore import ByteStore
 from refset.errors import ReferenceNotReachable
+from refset.io.fingerprint import Fingerprint
 from refset.io.local import is_local, local_path
 
 __all__ = ["glob", "open_store", "LocalStore", "FsspecStore", "read_bytes", "read_many", "reading_options"]
@@ -149,12 +150,20 @@ class FsspecStore(ByteStore):
 
     def read_sized(self, path: str = "", start: int = 0, end: int | None = None) -> tuple[bytes, int | None]:
         # docstring inherited
-        from refset.io.fetch import read_range_sized
+        data, size, _ = self.read_fingerprinted(path, start, end)
+        return data, size
 
-        data, size = self._run(read_range_sized(self.targets, self._path(path), start, end), path)
+    def read_fingerprinted(self, path: str = "", start: int = 0, end: int | None = None,
+                           ) -> tuple[bytes, int | None, Fingerprint | None]:
+        # docstring inherited
+        from refset.io.fetch import read_range_fingerprinted
+
+        data, size, fp = self._run(read_range_fingerprinted(self.targets, self._path(path), start, end), path)
         if size is None and (end is None or len(data) < end - start) and not _is_http(self.fs):
             size = start + len(data)  # an object store's short answer is the end of the object
-        return data, size
+        if fp is not None and fp.size is None and size is not None:
+            fp = fp._replace(size=size)
+        return data, size, fp
 
     def read_ranges(self, path: str, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
         # docstring inherited: one concurrent round of requests

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from refset.abc.source import Block, NotLoaded
 from refset.errors import InvalidReferences
+from refset.model.fingerprints import Fingerprints, split
 from refset.model.metadata import ArrayMetadata
 from refset.model.table import ChunkTable, KeyTable, Ref, resolve
 
@@ -14,7 +15,9 @@ __all__ = ["MemorySource"]
 
 
 class MemorySource:
-    """A set held in memory: URL table, arrays (metadata and chunk tables) and other keys, all loaded."""
+    """A set held in memory: URL table, arrays (metadata and chunk tables), other keys and the
+    fingerprints of its files, all loaded. Fingerprints not given are taken from where JSON keeps
+    them among the other keys (:func:`refset.model.fingerprints.split`): ``other`` never holds them."""
 
     def __init__(
         self,
@@ -24,7 +27,10 @@ class MemorySource:
         other: KeyTable,
         info: Mapping[str, object] | None = None,
         fetched: Mapping[tuple[str, int, int], bytes] | None = None,
+        fingerprints: Fingerprints | None = None,
     ) -> None:
+        other, stored = split(other)
+        self._fingerprints = stored if fingerprints is None else fingerprints
         self._urls = tuple(urls)
         self.metadata = dict(metadata)
         self.tables = dict(tables)
@@ -49,6 +55,9 @@ class MemorySource:
 
     def urls(self) -> tuple[str, ...]:
         return self._urls
+
+    def fingerprints(self) -> Fingerprints:
+        return self._fingerprints
 
     def table(self, path: str) -> ChunkTable:
         return self.tables[path]

@@ -20,6 +20,7 @@ from refset.abc.source import NOT_LOADED, Block, Reopen, Source
 from refset.errors import InvalidReferences
 from refset.model.array import Array
 from refset.model.builder import Builder
+from refset.model.fingerprints import Fingerprints, spelled
 from refset.model.keys import ChunkGrid, KeyRouter, array_key, chunk_keys
 from refset.model.memory import MemorySource
 from refset.model.metadata import ArrayMetadata
@@ -76,6 +77,7 @@ class ReferenceSet(Mapping[str, Ref]):
         self._block_sizes: dict[str, int] = {}
         self.block_cache_size = DEFAULT_BLOCK_CACHE
         self._located: dict[str, tuple[str, int] | None] = {}  # parsed keys, bounded (LOCATE_CACHE)
+        self._fingerprints: Fingerprints | None = None
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
@@ -88,6 +90,7 @@ class ReferenceSet(Mapping[str, Ref]):
         other: KeyTable | None = None,
         validate: bool = True,
         info: Mapping[str, object] | None = None,
+        fingerprints: Fingerprints | None = None,
     ) -> ReferenceSet:
         """The one constructor of sets in memory, for every producer (readers, scanners, combine).
 
@@ -99,10 +102,13 @@ class ReferenceSet(Mapping[str, Ref]):
         hold the metadata documents too). Every array a document describes gets a table (empty when
         none is given). Column arrays are always checked, once, vectorised; ``validate=False`` trusts
         built tables and ``other`` (columns the caller made itself). A problem raises
-        :class:`~refset.errors.InvalidReferences` naming the array and chunk index.
+        :class:`~refset.errors.InvalidReferences` naming the array and chunk index. ``fingerprints``:
+        what the files the set was made from were when scanned (:mod:`refset.model.fingerprints`),
+        also those none of its references reads now (chunks inlined from them: ``refset verify``
+        tells when they change).
         """
         url_t, meta, tables, rest = assemble(metadata, arrays, urls, other, validate)
-        return cls(MemorySource(url_t, meta, tables, rest, info or {"format": "memory"}))
+        return cls(MemorySource(url_t, meta, tables, rest, info or {"format": "memory"}, fingerprints=fingerprints))
 
     @classmethod
     def from_items(cls, items: Iterable[tuple[str, Ref]]) -> ReferenceSet:
@@ -124,6 +130,29 @@ class ReferenceSet(Mapping[str, Ref]):
         """The URL table that ``path_id`` columns index (read after the tables you index with it:
         a lazily read set adds URLs as it decodes)."""
         return self._source.urls()
+
+    @property
+    def fingerprints(self) -> Fingerprints:
+        """What the set's data files (and sidecars) were when they were scanned, by URL (empty when the
+        set records nothing: a kerchunk set, an older refset set): see :mod:`refset.model.fingerprints`."""
+        f = self._fingerprints
+        if f is None:
+            get = getattr(self._source, "fingerprints", None)  # optional for a plugin form's source
+            f = self._fingerprints = get() if get is not None else Fingerprints.empty()
+        return f
+
+    def with_fingerprints(self, fingerprints: Fingerprints) -> ReferenceSet:
+        """This set in memory (its columns shared) recording ``fingerprints`` instead."""
+        m = self.loaded()
+        src = m._source
+        assert isinstance(src, MemorySource)
+        return ReferenceSet(MemorySource(src.urls(), src.metadata, src.tables, src.other(), src.info(),
+                                         src.fetched, fingerprints=fingerprints))
+
+    def stored_key_table(self) -> KeyTable:
+        """:meth:`key_table` with the fingerprints spelled where key/value forms (JSON) keep them:
+        what those writers store."""
+        return spelled(self.key_table(), self.fingerprints)
 
     @property
     def grids(self) -> Mapping[str, ChunkGrid]:
@@ -245,7 +274,7 @@ class ReferenceSet(Mapping[str, Ref]):
         src = m._source
         assert isinstance(src, MemorySource)
         return ReferenceSet(MemorySource(src.urls(), src.metadata, src.tables, src.other(), src.info(),
-                                         {**src.fetched, **fetched}), origin=self._origin)
+                                         {**src.fetched, **fetched}, src.fingerprints()), origin=self._origin)
 
     def loaded(self) -> ReferenceSet:
         """This set with every table read: an in-memory set sharing the columns, whose URL table is
@@ -254,7 +283,8 @@ class ReferenceSet(Mapping[str, Ref]):
             return self
         tables = {p: self.table(p) for p in self._grids}
         other = self.other
-        src = MemorySource(self.urls, self._metadata, tables, other, self.format_info())
+        src = MemorySource(self.urls, self._metadata, tables, other, self.format_info(),
+                           fingerprints=self.fingerprints)
         return ReferenceSet(src, origin=self._origin)
 
     # -- lookup -------------------------------------------------------------------------------------
@@ -446,7 +476,8 @@ class ReferenceSet(Mapping[str, Ref]):
         m = self.loaded()
         src = m._source
         assert isinstance(src, MemorySource)
-        return (_from_memory, (src.urls(), src.metadata, src.tables, src.other(), src.info(), src.fetched))
+        return (_from_memory, (src.urls(), src.metadata, src.tables, src.other(), src.info(), src.fetched,
+                               src.fingerprints()))
 
 
 def _reopen(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ReferenceSet:
@@ -455,8 +486,9 @@ def _reopen(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reference
 
 def _from_memory(urls: tuple[str, ...], metadata: dict[str, ArrayMetadata], tables: dict[str, ChunkTable],
                  other: KeyTable, info: dict[str, object],
-                 fetched: dict[tuple[str, int, int], bytes] | None = None) -> ReferenceSet:
-    return ReferenceSet(MemorySource(urls, metadata, tables, other, info, fetched))
+                 fetched: dict[tuple[str, int, int], bytes] | None = None,
+                 fingerprints: Fingerprints | None = None) -> ReferenceSet:
+    return ReferenceSet(MemorySource(urls, metadata, tables, other, info, fetched, fingerprints))
 
 
 class _Arrays(Mapping[str, Array]):

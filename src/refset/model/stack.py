@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from refset.model.fingerprints import Fingerprints
 from refset.model.inline import InlineBytes, concat_inline
 from refset.model.metadata import ArrayMetadata
 from refset.model.refset import ReferenceSet
@@ -66,7 +67,8 @@ class SetStack:
     def __init__(self, names: Sequence[str], urls: Sequence[str], metadata: Sequence[Mapping[str, ArrayMetadata]],
                  meta: Sequence[Mapping[str, Ref]], rows: Callable[[str], Rows],
                  sets: Callable[[int], ReferenceSet],
-                 fetched: Mapping[tuple[str, int, int], bytes] | None = None) -> None:
+                 fetched: Mapping[tuple[str, int, int], bytes] | None = None,
+                 fingerprints: Sequence[Fingerprints] | None = None) -> None:
         self.names = list(names)
         self.urls = tuple(urls)
         self.metadata = [dict(m) for m in metadata]
@@ -77,6 +79,9 @@ class SetStack:
         self._rows: dict[str, Rows] = {}
         #: bytes of range references already read, by (url, offset, length) (see ReferenceSet.fetched)
         self.fetched = fetched or {}
+        #: per set, what its files were when scanned
+        self.fingerprints = list(fingerprints) if fingerprints is not None else [Fingerprints.empty()] * len(names)
+        self._union: Fingerprints | None = None
 
     @property
     def n(self) -> int:
@@ -90,6 +95,13 @@ class SetStack:
 
     def set(self, i: int) -> ReferenceSet:
         return self._set_of(i)
+
+    def all_fingerprints(self) -> Fingerprints:
+        """The union of the sets' fingerprints (a file recorded differently by two sets is
+        :class:`~refset.errors.SourceChanged`, naming both)."""
+        if self._union is None:
+            self._union = Fingerprints.union(self.fingerprints, self.names)
+        return self._union
 
     def paths(self) -> list[str]:
         """Every input's arrays, in the order they first appear."""
@@ -135,7 +147,8 @@ class SetStack:
         fetched: dict[tuple[str, int, int], bytes] = {}
         for rs in sets:
             fetched.update(rs.fetched)
-        return cls(names, urls, [rs.metadata for rs in sets], meta, rows, sets.__getitem__, fetched)
+        return cls(names, urls, [rs.metadata for rs in sets], meta, rows, sets.__getitem__, fetched,
+                   [rs.fingerprints for rs in sets])
 
 
 def _metadata(rs: ReferenceSet) -> dict[str, Ref]:

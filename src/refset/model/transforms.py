@@ -28,7 +28,7 @@ def rename_urls(rs: ReferenceSet, prefixes: Mapping[str, str]) -> ReferenceSet:
     urls, (remap,) = union_urls([[rename(u) for u in rs.urls]])
     tables = {p: rs.table(p).remap_paths(remap) for p in rs.grids}
     return ReferenceSet.from_arrays({}, tables, urls, other=rs.key_table().remap_paths(remap), validate=False,
-                                    info=rs.format_info())
+                                    info=rs.format_info(), fingerprints=rs.fingerprints.renamed(rename))
 
 
 def with_zarr_format(rs: ReferenceSet, zarr_format: int) -> ReferenceSet:
@@ -73,7 +73,8 @@ def with_zarr_format(rs: ReferenceSet, zarr_format: int) -> ReferenceSet:
             metadata[pre + ".zgroup"] = {"zarr_format": 2}
             if attrs:
                 metadata[pre + ".zattrs"] = attrs
-    return ReferenceSet.from_arrays(metadata, arrays, rs.urls, other=rest, validate=False, info=rs.format_info())
+    return ReferenceSet.from_arrays(metadata, arrays, rs.urls, other=rest, validate=False, info=rs.format_info(),
+                                    fingerprints=rs.fingerprints)
 
 
 def with_root_attrs(rs: ReferenceSet, attrs: Mapping[str, object]) -> ReferenceSet:
@@ -103,7 +104,7 @@ def with_root_attrs(rs: ReferenceSet, attrs: Mapping[str, object]) -> ReferenceS
         metadata[".zgroup"] = {"zarr_format": 2}
     rest = other.without_rows(np.asarray([i], np.int64))
     return ReferenceSet.from_arrays(metadata, dict(rs.arrays), rs.urls, other=rest, validate=False,
-                                    info=rs.format_info())
+                                    info=rs.format_info(), fingerprints=rs.fingerprints)
 
 
 def _group_document(other: KeyTable, i: int, key: str, what: str) -> object:

@@ -162,6 +162,7 @@ class Scan:
                 self.requests += sf.requests
                 self.nbytes += sf.nbytes
                 self.rounds = max(self.rounds, sf.rounds)
+            rs = _fingerprinted(rs, sf)
             return rs if sf.local else _keep_small_values(rs, sf)
 
     def _scan_store(self, url: str, storage_options: Mapping[str, Any] | None) -> ReferenceSet:
@@ -272,6 +273,18 @@ class Scan:
 
 def _remake(head_bytes: int, options: dict[str, Any]) -> Scan:
     return Scan(head_bytes=head_bytes, **options)
+
+
+def _fingerprinted(rs: ReferenceSet, sf: ScanFile) -> ReferenceSet:
+    """``rs`` recording what the file it was made from was when its first read saw it (also when
+    every chunk of it was inlined: a change of the file makes the set out of date all the same)."""
+    from refset.model.fingerprints import Fingerprints
+
+    fp = sf.fingerprint
+    if fp is None or not fp.known:
+        return rs
+    record = (fp.size, fp.mtime_ns, fp.etag, fp.last_modified)
+    return rs.with_fingerprints(rs.fingerprints.updated(Fingerprints.of({sf.url: record})))
 
 
 #: Bytes of a remote file's small arrays a scan keeps with its set when its reads already hold them

@@ -100,13 +100,19 @@ class ReadEngine:
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         timeout: float | None = DEFAULT_TIMEOUT,
         retries: int = RETRIES,
+        verify_sources: bool = True,
     ) -> ReadEngine:
         """The engine of the set ``fo`` (anything :func:`refset.load` takes; a path is loaded lazily,
         with ``storage_options``, prefixed by ``target_protocol`` when it has none), reading its
-        targets with these options (see :class:`refset.ReferenceFileSystem`)."""
+        targets with these options (see :class:`refset.ReferenceFileSystem`). ``verify_sources``:
+        refuse to read a file that is not what the set recorded when it was made
+        (:class:`~refset.errors.SourceChanged`; docs/reliability.md)."""
         refs = _load(fo, target_protocol, storage_options, template_overrides, limits)
+        fps = refs.fingerprints
+        if not isinstance(verify_sources, bool):
+            raise ValueError(f"verify_sources: expected true or false, got {verify_sources!r}")
         targets = Targets(remote_protocol=remote_protocol, remote_options=remote_options, fs=fs,
-                          timeout=timeout, retries=retries)
+                          timeout=timeout, retries=retries, recorded=fps.get if verify_sources and len(fps) else None)
         reader = RangeReader(targets, max_gap=DEFAULT_MAX_GAP if max_gap is None else max_gap,
                              max_block=DEFAULT_MAX_BLOCK if max_block is None else max_block,
                              max_inflight=max_inflight)

@@ -97,6 +97,12 @@ class ReferenceFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec has 
         attempts after a timeout or a transient failure (default 2, backoff 0.1 s doubling): a
         silent server gives ``ReferenceNotReachable`` after about 91 s by default. HTTP range
         answers are checked against their ``Content-Range``.
+    verify_sources
+        Refuse to read a file that is not what the set recorded of it when it was made (its fingerprint:
+        size and modification time of a local file, ETag or Last-Modified of a remote one), with
+        :class:`refset.errors.SourceChanged` naming the file and what changed (default True; at no
+        extra request: a ``stat`` per local file, conditional HTTP/S3 reads). Sets that record nothing
+        (kerchunk's) are read as before.
     target, simple_templates, cache_size
         Accepted for compatibility with fsspec; refset does not need them.
     """
@@ -126,6 +132,7 @@ class ReferenceFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec has 
         timeout: float | None = DEFAULT_TIMEOUT,
         retries: int = RETRIES,
         limits: Limits | None = None,
+        verify_sources: bool = True,
         **kwargs: Any,
     ) -> None:
         if isinstance(remote_options, str):  # what a JSON-configured caller may pass: parsed here
@@ -138,7 +145,7 @@ class ReferenceFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec has 
             fo, target_protocol=target_protocol, storage_options=target_options or ref_storage_args,
             template_overrides=template_overrides, limits=limits, remote_protocol=remote_protocol,
             remote_options=remote_options, fs=fs, max_gap=max_gap, max_block=max_block,
-            max_inflight=max_inflight, timeout=timeout, retries=retries)
+            max_inflight=max_inflight, timeout=timeout, retries=retries, verify_sources=verify_sources)
         self.refs = self.engine.refs
         self.index = self.engine.index
         self.targets = self.engine.targets

@@ -29,7 +29,7 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
         "filename_or_obj", "drop_variables", "mask_and_scale", "decode_times", "concat_characters",
         "decode_coords", "use_cftime", "decode_timedelta", "group", "storage_options",
         "remote_protocol", "remote_options", "fs", "template_overrides", "max_gap", "max_block",
-        "zarr_format", "use_zarr_fill_value_as_mask", "limits",
+        "zarr_format", "use_zarr_fill_value_as_mask", "limits", "verify_sources",
     )
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
@@ -61,6 +61,7 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
         zarr_format: int | None = None,
         use_zarr_fill_value_as_mask: bool | None = None,
         limits: Any = None,
+        verify_sources: bool = True,
     ) -> Any:
         from xarray.backends.zarr import ZarrBackendEntrypoint
 
@@ -70,7 +71,7 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
         store = filename_or_obj if isinstance(filename_or_obj, ZarrStore) else ZarrStore(
             filename_or_obj, storage_options=storage_options, remote_protocol=remote_protocol,
             remote_options=remote_options, fs=fs, template_overrides=template_overrides,
-            max_gap=max_gap, max_block=max_block, limits=limits,
+            max_gap=max_gap, max_block=max_block, limits=limits, verify_sources=verify_sources,
         )
         find_parts(store.refs)  # a damaged layout of parts named before zarr parses its group
         if zarr_format is None:

@@ -120,7 +120,7 @@ class ZarrStore(Store):
         :class:`~refset.ReferenceFileSystem` (whose set, targets and options are then used).
     storage_options
         Options for loading ``refs`` when it is a path/URL.
-    remote_protocol, remote_options, fs, max_gap, max_block, max_inflight, limits
+    remote_protocol, remote_options, fs, max_gap, max_block, max_inflight, limits, verify_sources
         As for :class:`~refset.ReferenceFileSystem`.
     """
 
@@ -143,6 +143,7 @@ class ZarrStore(Store):
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         read_only: bool = True,
         limits: Limits | None = None,
+        verify_sources: bool = True,
     ) -> None:
         if not read_only:
             raise Unsupported("refset.ZarrStore is read-only; read_only=False is not supported")
@@ -157,7 +158,7 @@ class ZarrStore(Store):
             options = {"storage_options": storage_options, "remote_protocol": remote_protocol,
                        "remote_options": remote_options, "fs": fs, "template_overrides": template_overrides,
                        "max_gap": max_gap, "max_block": max_block, "max_inflight": max_inflight,
-                       "limits": limits}
+                       "limits": limits, "verify_sources": verify_sources}
             self.engine = ReadEngine.open(refs, **options)
             self._args = (self.engine.refs, options)
         self.refs = self.engine.refs

@@ -24,12 +24,14 @@ import numpy as np
 
 from refset.formats.json.doc import Doc, base64_bytes, base64_many, member_shape
 from refset.formats.json.scan import Fallback, same_spans, skip_ws
+from refset.model.fingerprints import KEY as FINGERPRINTS_KEY
+from refset.model.fingerprints import Fingerprints, split
 from refset.model.inline import InlineBytes
 from refset.model.keys import ChunkGrid, flat_of, grid_from_metadata, key_tails, tails_in_grid
 from refset.model.metadata import ArrayMetadata
 from refset.model.refset import ReferenceSet
 from refset.model.stack import META_NAMES, Rows, SetStack
-from refset.model.table import INLINE, RANGE, WHOLE, Ref
+from refset.model.table import INLINE, RANGE, WHOLE, KeyTable, Ref, Row
 
 __all__ = ["read_documents", "NotBatch", "BATCH"]
 
@@ -181,6 +183,7 @@ class _Reader:
         self.inline: dict[int, tuple[list[np.ndarray], list[bytes]]] = {}
         self.count: dict[int, int] = {}
         self.texts: dict[bytes, Any] = {}  # a key's or string value's JSON text: what it reads as
+        self.stored: dict[int, list[bytes]] = {}  # per input, the .refset keys (fingerprints) it holds
         self.grid_of: dict[bytes, ChunkGrid | None] = {}
 
     def add(self, start: int, parsed: _Parsed) -> None:
@@ -244,6 +247,8 @@ class _Reader:
                         texts[vraw] = v
             if key.endswith(META_NAMES):
                 self._meta(i, key, v)
+            elif key == FINGERPRINTS_KEY and isinstance(v, bytes):
+                self.stored.setdefault(i, []).append(v)
             else:
                 out.append((m, i, key, v))
         return out
@@ -376,6 +381,7 @@ class _Reader:
         def one_set(i: int) -> ReferenceSet:
             return open_json(os.fspath(items[i]), dict(so))
 
+        fps = [self._fingerprints(i, items[i]) for i in range(n)]
         metadata: list[dict[str, ArrayMetadata]] = []
         for meta, grids in zip(self.meta, self.grids, strict=True):
             arrays = {}
@@ -390,7 +396,24 @@ class _Reader:
                 for name in m.documents():
                     del meta[pre + name]  # derived from the metadata from now on
             metadata.append(arrays)
-        return SetStack([os.fspath(x) for x in items], list(self.url_ids), metadata, self.meta, rows, one_set)
+        return SetStack([os.fspath(x) for x in items], list(self.url_ids), metadata, self.meta, rows, one_set,
+                        fingerprints=fps)
+
+    def _fingerprints(self, i: int, item: Any) -> Fingerprints:
+        """Input ``i``'s fingerprints, taken out of its ``.zgroup`` (and ``.refset`` key) as the
+        generic reader takes them."""
+        meta = self.meta[i]
+        stored = self.stored.get(i)
+        rows: dict[str, Row] = {FINGERPRINTS_KEY: (INLINE, 0, 0, 0, stored[-1])} if stored else {}
+        z = meta.get(".zgroup")
+        if isinstance(z, bytes):
+            rows[".zgroup"] = (INLINE, 0, 0, 0, z)
+        if not rows:
+            return Fingerprints.empty()
+        other, fps = split(KeyTable.from_items(rows), f"{os.fspath(item)}")
+        if isinstance(z, bytes):
+            meta[".zgroup"] = other.data[other.find(".zgroup")]
+        return fps
 
 
 def open_json(path: str, storage_options: dict[str, Any]) -> ReferenceSet:

@@ -18,6 +18,7 @@ from refset.formats.json.plan import Plan
 from refset.formats.json.scan import Fallback
 from refset.formats.json.v1 import DEFAULT_MAX_GEN
 from refset.model.builder import Builder
+from refset.model.fingerprints import Fingerprints, split
 from refset.model.producer import drop_documents, split_documents
 from refset.model.table import ChunkTable, KeyTable, Ref, resolve
 
@@ -34,8 +35,9 @@ class LazyJsonSource:
         self._info = {**plan.info, **(info or {})}
         self._url_ids = plan.builder.url_ids  # shared by every table built from the plan
         self._url_t: tuple[str, ...] = ()
-        # string-valued keys (metadata, inline data): known at open
-        self.metadata, self._strings = split_documents(plan.builder.build_other(plan.grids), list(self.grids))
+        # string-valued keys (metadata, inline data): known at open; the fingerprints among them
+        self.metadata, strings = split_documents(plan.builder.build_other(plan.grids), list(self.grids))
+        self._strings, self._fingerprints = split(strings)
         self._done: tuple[tuple[str, ...], dict[str, ChunkTable], KeyTable] | None = None
 
     @property
@@ -57,6 +59,9 @@ class LazyJsonSource:
             self._url_t = tuple(self._url_ids)
         return self._url_t
 
+    def fingerprints(self) -> Fingerprints:
+        return self._fingerprints
+
     def table(self, path: str) -> ChunkTable:
         plan = self._plan
         if plan is not None:
@@ -76,7 +81,7 @@ class LazyJsonSource:
                 plan.classify()
             except Fallback:
                 return self._finish()[2]
-            return drop_documents(plan.builder.build_other(plan.grids), self.metadata)
+            return split(drop_documents(plan.builder.build_other(plan.grids), self.metadata))[0]
         return self._finish()[2]
 
     def other_under(self, path: str) -> KeyTable | None:
@@ -122,7 +127,7 @@ class LazyJsonSource:
                                builder=Builder(url_ids=self._url_ids))  # ids handed out stay valid
             done = (rs.urls, {p: rs.table(p) for p in rs.grids}, rs.other)
         else:
-            done = (done[0], done[1], drop_documents(done[2], self.metadata))
+            done = (done[0], done[1], split(drop_documents(done[2], self.metadata))[0])
         self._done = done
         self._plan = None  # releases the text
         return done

@@ -81,7 +81,8 @@ def json_source(
     del data
     src = rs.source
     assert isinstance(src, MemorySource)
-    return MemorySource(src.urls(), src.metadata, src.tables, src.other(), {**src.info(), **(info or {})})
+    return MemorySource(src.urls(), src.metadata, src.tables, src.other(), {**src.info(), **(info or {})},
+                        fingerprints=src.fingerprints())
 
 
 def read_json(

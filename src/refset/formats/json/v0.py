@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import itertools
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -19,7 +18,7 @@ from refset.model.inline import InlineBytes
 from refset.model.keys import ChunkGrid, chunk_keys
 from refset.model.producer import json_text
 from refset.model.refset import ReferenceSet
-from refset.model.table import INLINE, MAX_END, RANGE, WHOLE, Ref, v0_value
+from refset.model.table import INLINE, MAX_END, RANGE, WHOLE, Ref, resolve, v0_value
 
 __all__ = ["normalize_value", "where", "dumps_v0", "write_json", "refs_from_v0", "is_int"]
 
@@ -143,16 +142,18 @@ SMALL_TABLE = 64
 
 
 def dumps_v0(rs: ReferenceSet) -> bytes:
-    """Version 0 JSON text of ``rs``: what ``msgspec.json.encode(rs.to_dict())`` gives. The
+    """Version 0 JSON text of ``rs``: what ``msgspec.json.encode(rs.to_dict())`` gives, with the set's
+    fingerprints where JSON keeps them (:func:`refset.model.fingerprints.spelled`). The
     references of large arrays are written from their columns, a block of members at a time, URLs
     and array paths escaped once each."""
     import msgspec
 
     enc = msgspec.json.encode
-    if _nested(rs.grids):
-        return enc(rs.to_dict())  # an array inside another: their chunk keys may coincide
-    other = rs.key_table()
-    head = enc({key: v0_value(ref) for key, ref in itertools.islice(rs.items(), len(other))})
+    other = rs.stored_key_table()  # the keys, and the fingerprints where other readers do not look
+    stored = {key: v0_value(resolve(other.row(i), rs.urls, key)) for i, key in enumerate(other.keys.tolist())}
+    if _nested(rs.grids):  # an array inside another: their chunk keys may coincide
+        return enc({**rs.to_dict(), **stored})
+    head = enc(stored)
     parts = [head[:-1]]  # "{...other members" without the closing brace
     urls = _json_strings(rs.urls)
     for path in rs.grids:

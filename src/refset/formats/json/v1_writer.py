@@ -139,7 +139,7 @@ def v1_document(rs: ReferenceSet, *, gen: bool = False) -> dict[str, Any]:
     entries = {p: rs.table(p).entries() for p in rs.grids}
     urls = rs.urls  # after the tables: final
     uses = np.zeros(len(urls), np.int64)
-    o = rs.key_table()
+    o = rs.stored_key_table()  # the keys, and the fingerprints where other readers do not look
     refd = (o.kind == RANGE) | (o.kind == WHOLE)
     np.add.at(uses, o.path_id[refd].astype(np.int64), 1)
     runs: dict[str, np.ndarray] = {}

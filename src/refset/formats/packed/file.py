@@ -36,6 +36,7 @@ from refset.io.atomic import write_bytes
 from refset.io.compression import decompress
 from refset.io.magic import PACKED_MAGIC, ZSTD_MAGIC
 from refset.io.store import LocalStore, open_store
+from refset.model.fingerprints import Fingerprints
 from refset.model.keys import ChunkGrid, checked_grid
 from refset.model.producer import split_documents
 from refset.model.refset import ReferenceSet
@@ -160,6 +161,8 @@ def pack(rs: ReferenceSet, *, level: int = 3, segment_chunks: int = DEFAULT_SEGM
         "other": {"count": len(rs.key_table()), "block": other_entry},
         "arrays": arrays,
     }
+    if len(rs.fingerprints):
+        index["fingerprints"] = rs.fingerprints.to_json()
     index_bytes = cctx.compress(json.dumps(index, separators=(",", ":")).encode())
     data_start = HEADER_SIZE + len(index_bytes)
     file_size = data_start + pos
@@ -307,7 +310,10 @@ def read_packed(
     if index["refs"] != claimed:
         raise InvalidReferences(f"{src.name}: packed block index: 'refs' is {index['refs']}, the other "
                                 f"keys and the arrays' present chunks make {claimed}")
-    return PackedSource(src, index, tuple(urls), other, data_start, limits)
+    fps = None
+    if "fingerprints" in index:
+        fps = Fingerprints.from_json(index["fingerprints"], f"{src.name}: packed block index: fingerprints")
+    return PackedSource(src, index, tuple(urls), other, data_start, limits, fps)
 
 
 class _SegmentBlock:
@@ -355,8 +361,9 @@ class PackedSource:
     each array's segments fetched and decoded on first use (one segment is a block)."""
 
     def __init__(self, src: _Source, index: dict[str, Any], urls: tuple[str, ...], other: KeyTable,
-                 data_start: int, limits: Limits = DEFAULT_LIMITS) -> None:
+                 data_start: int, limits: Limits = DEFAULT_LIMITS, fingerprints: Fingerprints | None = None) -> None:
         self._limit = limits.decompressed
+        self._fingerprints = fingerprints if fingerprints is not None else Fingerprints.empty()
         self.grids: dict[str, ChunkGrid] = {}
         self._entries: dict[str, dict[str, Any]] = {}
         for a in index["arrays"]:
@@ -379,6 +386,9 @@ class PackedSource:
 
     def urls(self) -> tuple[str, ...]:
         return self._urls
+
+    def fingerprints(self) -> Fingerprints:
+        return self._fingerprints
 
     def other(self) -> KeyTable:
         return self._other

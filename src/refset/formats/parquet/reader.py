@@ -18,6 +18,7 @@ when asked (``rs.table(path)``, iteration, ``to_dict``, saving).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import zlib
 from collections.abc import Iterator, Mapping
@@ -30,6 +31,7 @@ from refset.errors import InvalidReferences, Unsupported
 from refset.io.local import trimmed
 from refset.io.store import FsspecStore, LocalStore, open_store
 from refset.model.builder import check_ends
+from refset.model.fingerprints import MEMBER, Fingerprints, split
 from refset.model.keys import (
     ChunkGrid,
     array_key,
@@ -224,8 +226,10 @@ class ParquetSource:
     ``.zmetadata`` only; a record file is a block (read and decoded on its own for single keys)."""
 
     def __init__(self, store: ByteStore, metadata: Mapping[str, object], record_size: int,
-                 source: str = "", checksums: Mapping[str, int] | None = None) -> None:
+                 source: str = "", checksums: Mapping[str, int] | None = None,
+                 fingerprints: Fingerprints | None = None) -> None:
         self._docs = dict(metadata)
+        self._fingerprints = _own_fingerprints(self._docs, fingerprints, source)
         self._sums = checksums
         self._meta: dict[str, bytes] = {}  # documents serialised when first asked for
         grids: dict[str, ChunkGrid] = {}
@@ -273,6 +277,9 @@ class ParquetSource:
         return data
 
     # -- Source ------------------------------------------------------------------------------------
+    def fingerprints(self) -> Fingerprints:
+        return self._fingerprints
+
     def urls(self) -> tuple[str, ...]:
         if len(self._url_t) != len(self._url_ids):
             self._url_t = tuple(self._url_ids)
@@ -473,4 +480,21 @@ def read_parquet(
         problems.append(f"{source}/.zmetadata: 'record_size' must be a positive integer, got {size!r}")
     if problems:
         raise InvalidReferences(problems)
-    return ParquetSource(store, meta, int(size or 0), source=source, checksums=sums)
+    stored = doc.get(MEMBER)
+    fps = None
+    if isinstance(stored, dict) and "fingerprints" in stored:
+        fps = Fingerprints.from_json(stored["fingerprints"], f"{source}/.zmetadata: {MEMBER!r}")
+    return ParquetSource(store, meta, int(size or 0), source=source, checksums=sums, fingerprints=fps)
+
+
+def _own_fingerprints(docs: dict[str, object], given: Fingerprints | None, source: str) -> Fingerprints:
+    """``given`` (refset's member of ``.zmetadata``) and any a Version 0 JSON set held in its root
+    ``.zgroup`` (a set converted to parquet by another tool), taken out of ``docs``."""
+    z = docs.get(".zgroup")
+    if isinstance(z, dict) and MEMBER in z:
+        rest, found = split(KeyTable.from_items({".zgroup": (INLINE, 0, 0, 0, json.dumps(z).encode())}),
+                            f"{source}/.zmetadata")
+        if len(found):
+            docs[".zgroup"] = json.loads(rest.data[0])
+            return Fingerprints.union([given, found]) if given is not None else found
+    return given if given is not None else Fingerprints.empty()

@@ -34,6 +34,7 @@ from refset.io.atomic import (
     temp_prefix,
 )
 from refset.io.local import trimmed
+from refset.model.fingerprints import MEMBER
 from refset.model.keys import ChunkGrid, path_problem
 from refset.model.refset import ReferenceSet
 from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable
@@ -247,6 +248,8 @@ def _write_tree(write_file: Any, rs: ReferenceSet, meta: Mapping[str, object], a
             f.result()
     doc = {"metadata": dict(sorted(meta.items())), "record_size": record_size,
            CHECKSUMS: dict(sorted(sums.items()))}
+    if len(rs.fingerprints):  # refset's own member: fsspec reads "metadata" and "record_size" only
+        doc[MEMBER] = {"fingerprints": rs.fingerprints.to_json()}
     write_file(".zmetadata", seal_zmetadata(json.dumps(doc).encode()))
 
 
