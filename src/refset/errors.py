@@ -72,8 +72,13 @@ class ReferenceNotReachable(RefsetError, OSError):
     @classmethod
     def wrap(cls, key: str, url: str, cause: BaseException) -> ReferenceNotReachable | SourceChanged:
         """The error for ``key`` at ``url`` caused by ``cause`` (kept as ``__cause__``)."""
-        if isinstance(cause, ReferenceNotReachable | SourceChanged):
-            return cause  # a changed source is its own error: not "unreachable"
+        if isinstance(cause, SourceChanged):  # its own error, not "unreachable": a new one naming the key
+            return cause.again(key)  # (not itself: ``raise wrap(k, u, e) from e`` would make e its own cause)
+        if isinstance(cause, ReferenceNotReachable):  # it names its key and URL: the same error, anew
+            fn, args = cause.__reduce__()[:2]
+            again: ReferenceNotReachable = fn(*args)  # type: ignore[operator]
+            again.__cause__ = cause.__cause__
+            return again
         err = cls(key, url, f"{type(cause).__name__}: {cause}")
         err.__cause__ = cause
         return err
@@ -128,6 +133,11 @@ class SourceChanged(RefsetError, OSError):
         where = f"reading {key!r}: " if key else ""
         super().__init__(f"{where}{url} changed since its reference set was made: recorded "
                          f"{shown_record(recorded)}; now {shown_record(now)}: {what}")
+
+    def again(self, key: str | None = None) -> SourceChanged:
+        """A new error saying the same (for ``key``, when given): raised each time a changed file is
+        read again (raising one object again and again grows its traceback)."""
+        return type(self)(self.url, self.recorded, self.now, self.reason, self.key if key is None else key)
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.url, self.recorded, self.now, self.reason, self.key))

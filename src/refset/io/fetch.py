@@ -292,7 +292,7 @@ class Targets:
             return None
         got = self._checked.get(url)
         if got is not None:
-            raise got
+            raise got.again()
         rec = self.recorded(url)
         return rec if rec is not None and Fingerprint(*rec).known else None
 
