@@ -69,7 +69,7 @@ def validators(path: str) -> tuple[str, str]:
 def precondition_failed(path: str, if_match: str | None, if_unmodified_since: str | None) -> bool:
     """Whether a request's preconditions fail (RFC 9110 13.2.2): ``If-Match`` (strong comparison,
     ``*`` any), else ``If-Unmodified-Since`` (whole seconds)."""
-    etag, last_modified = validators(path)
+    etag, _ = validators(path)
     if if_match is not None:
         tags = [t.strip() for t in if_match.split(",")]
         return "*" not in tags and etag not in tags

@@ -75,8 +75,7 @@ class ReferenceNotReachable(RefsetError, OSError):
         if isinstance(cause, SourceChanged):  # its own error, not "unreachable": a new one naming the key
             return cause.again(key)  # (not itself: ``raise wrap(k, u, e) from e`` would make e its own cause)
         if isinstance(cause, ReferenceNotReachable):  # it names its key and URL: the same error, anew
-            fn, args = cause.__reduce__()[:2]
-            again: ReferenceNotReachable = fn(*args)  # type: ignore[operator]
+            again = type(cause)(cause.key, cause.url, str(cause).partition(f"{cause.url!r}: ")[2])
             again.__cause__ = cause.__cause__
             return again
         err = cls(key, url, f"{type(cause).__name__}: {cause}")
