@@ -13,12 +13,13 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-from refset.errors import InvalidReferences, ReferenceNotReachable, RefsetError, Unsupported
+from refset.errors import InvalidReferences, ReferenceNotReachable, RefsetError, SourceChanged, Unsupported
 from refset.options import Limits
 
 if TYPE_CHECKING:
     from refset.combine import combine
     from refset.combine.append import append
+    from refset.combine.refresh import refresh, verify
     from refset.formats import load, save
     from refset.model.keys import ChunkGrid
     from refset.model.refset import ReferenceSet
@@ -37,6 +38,8 @@ __all__ = [
     "scan",
     "combine",
     "append",
+    "verify",
+    "refresh",
     "ReferenceSet",
     "ChunkTable",
     "KeyTable",
@@ -51,6 +54,7 @@ __all__ = [
     "InvalidReferences",
     "Unsupported",
     "ReferenceNotReachable",
+    "SourceChanged",
 ]
 
 #: Where each public name lives (imported when first asked for).
@@ -60,6 +64,8 @@ _HOME = {
     "scan": "refset.scan",
     "combine": "refset.combine",
     "append": "refset.combine.append",
+    "verify": "refset.combine.refresh",
+    "refresh": "refset.combine.refresh",
     "ReferenceSet": "refset.model.refset",
     "ChunkTable": "refset.model.table",
     "KeyTable": "refset.model.table",

@@ -118,19 +118,19 @@ def test_kerchunk_combines_sets_that_hold_them(tmp_path: Path) -> None:
         "consolidated": False, "storage_options": {"fo": m}}).load()
     np.testing.assert_array_equal(ds.v.values, xr.open_mfdataset(files, combine="nested", concat_dim="time").v.values)
     # its output carries the first input's .zgroup, so refset checks that file of it
-    assert refset.load(m).fingerprints.data_files() == [str(files[0])]
+    assert refset.load(m).fingerprints.scanned() == [str(files[0])]
 
 
 def test_combine_append_and_rename_carry_them(tmp_path: Path) -> None:
     files = [daily(tmp_path / f"d{k}.nc", k) for k in range(4)]
     rs = refset.combine(files[:3], concat_dims="time")
-    assert rs.fingerprints.data_files() == sorted(map(str, files[:3]))
+    assert rs.fingerprints.scanned() == sorted(map(str, files[:3]))
     out = tmp_path / "a.json"
     refset.save(rs, out)
     refset.append([files[3]], out, concat_dim="time")
-    assert refset.load(out).fingerprints.data_files() == sorted(map(str, files))
+    assert refset.load(out).fingerprints.scanned() == sorted(map(str, files))
     moved = rename_urls(refset.load(out), {str(tmp_path): "s3://bucket/data"})
-    assert moved.fingerprints.data_files() == [f"s3://bucket/data/d{k}.nc" for k in range(4)]
+    assert moved.fingerprints.scanned() == [f"s3://bucket/data/d{k}.nc" for k in range(4)]
     assert moved.fingerprints.get("s3://bucket/data/d0.nc") == rs.fingerprints.get(str(files[0]))
 
 

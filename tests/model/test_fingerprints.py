@@ -30,8 +30,8 @@ def test_records_columns_and_the_stored_form() -> None:
     t = _table()
     assert len(t) == 3 and t.url.tolist() == sorted(t.url.tolist())
     assert t.get("/data/a.nc") == LOCAL and t.get("http://h/b.grib2") == REMOTE and t.get("/nope") is None
-    assert t.sidecars("http://h/b.grib2") == ["http://h/b.grib2.idx"]
-    assert t.data_files() == ["/data/a.nc", "http://h/b.grib2"]
+    assert t.recorded_via("http://h/b.grib2") == ["http://h/b.grib2.idx"]
+    assert t.scanned() == ["/data/a.nc", "http://h/b.grib2"]
     assert t.size.dtype == np.int64 and not t.size.flags.writeable
     doc = t.to_json()
     assert json.loads(json.dumps(doc)) == doc and doc["mtime_ns"] == [LOCAL[1], None, None]
@@ -61,7 +61,7 @@ def test_the_stored_form_fuzzed_gives_a_table_or_a_refset_error() -> None:
     for _ in range(400):
         doc = json.loads(json.dumps(base))
         for _ in range(rng.randrange(1, 4)):
-            field = rng.choice(["version", "url", "size", "mtime_ns", "etag", "last_modified", "sidecar_of"])
+            field = rng.choice(["version", "url", "size", "mtime_ns", "etag", "last_modified", "via"])
             if field in doc and isinstance(doc[field], list) and doc[field] and rng.random() < 0.6:
                 doc[field][rng.randrange(len(doc[field]))] = rng.choice(junk)
             elif rng.random() < 0.5:
@@ -120,7 +120,7 @@ def test_union_restricted_and_renamed() -> None:
     assert t.restricted(["http://h/b.grib2"]).url.tolist() == ["http://h/b.grib2", "http://h/b.grib2.idx"]
     assert t.without(["http://h/b.grib2"]).url.tolist() == ["/data/a.nc"]
     r = t.renamed(lambda u: u.replace("http://h/", "s3://bucket/"))
-    assert r.get("s3://bucket/b.grib2") == REMOTE and r.sidecars("s3://bucket/b.grib2") == ["s3://bucket/b.grib2.idx"]
+    assert r.get("s3://bucket/b.grib2") == REMOTE and r.recorded_via("s3://bucket/b.grib2") == ["s3://bucket/b.grib2.idx"]
     assert b.updated(Fingerprints.of({"/d/b.nc": (9, 9, None, None)})).get("/d/b.nc") == (9, 9, None, None)
 
 

@@ -15,6 +15,7 @@ from refset.cli.demo import cmd_demo
 from refset.cli.info import cmd_info
 from refset.cli.ls import cmd_ls
 from refset.cli.scan import cmd_scan
+from refset.cli.sources import cmd_refresh, cmd_verify
 from refset.cli.validate import cmd_validate
 
 
@@ -147,6 +148,36 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse Version 1 'gen' producing more keys than this (default 100 million)")
     _read_options(s, "the reference set")
     s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("verify", help="check that the files a set points into are what it recorded",
+                       description="Look at every file the set recorded when it was made (a stat per local "
+                                   "file, a HEAD per remote one, 64 at a time) and print each that changed "
+                                   "or is missing, with what was recorded and what is there now; exit 1 if "
+                                   "any (docs/reliability.md).")
+    s.add_argument("refs", metavar="SET", help="reference set")
+    s.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    s.add_argument("--concurrency", type=lambda t: _positive(t, 1), default=64, metavar="N",
+                   help="files looked at at once (default 64)")
+    _read_options(s, "the reference set", remote="the files it points into")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("refresh", help="rescan the files of a set that changed and update it in place",
+                       description="Verify the set's files, rescan those that changed and put their rows "
+                                   "in place of the old ones, everything else kept; write the set back "
+                                   "atomically (or to -o OUT). A variable a file now stores or decodes "
+                                   "otherwise becomes a variable made of parts.")
+    s.add_argument("refs", metavar="SET", help="reference set (rewritten in its format)")
+    s.add_argument("-o", "--output", metavar="OUT", help="write the refreshed set here instead")
+    s.add_argument("--concat-dim", metavar="DIM", help="the dim the set was combined along, when it cannot "
+                   "be told from its references")
+    s.add_argument("--drop-missing", action="store_true",
+                   help="files gone missing: their rows read as missing values (default: left as they are)")
+    s.add_argument("--concurrency", type=lambda t: _positive(t, 1), default=64, metavar="N",
+                   help="files looked at (and remote files rescanned) at once (default 64)")
+    _read_options(s, "the reference set", remote="the files it points into")
+    s.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    s.set_defaults(func=cmd_refresh)
 
     s = sub.add_parser("ls", help="list keys", description="List the keys under PREFIX (all keys "
                        "when omitted), metadata keys first, then chunk keys in C order.")

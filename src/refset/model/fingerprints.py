@@ -1,7 +1,7 @@
 """What a set's data files were when they were scanned: the :class:`Fingerprints` table.
 
-Per URL (the data files the set's references name, and the sidecars a scan read beside them: a GRIB
-``.idx``, a DMR++ file), what the scan saw: the size, and the modification time in nanoseconds for a
+Per URL (every file a scan read to make the set: its data files, and the sidecars read beside them,
+a GRIB ``.idx``; or the granule a DMR++ sidecar describes), what the scan saw: the size, and the modification time in nanoseconds for a
 local file; the ``ETag`` and ``Last-Modified`` headers of a remote one (HTTP, S3). A field the scan did
 not see is unknown. Columnar like the rest of the model (one numpy column per field, sorted by URL),
 immutable, keyed by URL rather than by ``path_id``: it survives every remap of the URL table (combine,
@@ -46,17 +46,19 @@ def _strings(values: Iterable[str | None], n: int) -> np.ndarray:
 
 class Fingerprints:
     """Per URL, what the file was when scanned. ``url`` sorted and unique; ``size``, ``mtime_ns``
-    (int64, -1 unknown), ``etag``, ``last_modified`` (str, "" unknown) and ``sidecar_of`` (the URL of
-    the data file a sidecar describes; "" for a data file). Immutable; pickles as its columns."""
+    (int64, -1 unknown), ``etag``, ``last_modified`` (str, "" unknown) and ``via``: the file whose scan
+    recorded the row when it is another (a GRIB file for its ``.idx``; a DMR++ file for its granule),
+    "" for a file scanned itself; a refresh rescans ``via`` when its row changed. Immutable; pickles
+    as its columns."""
 
-    __slots__ = ("etag", "last_modified", "mtime_ns", "sidecar_of", "size", "url")
+    __slots__ = ("etag", "last_modified", "mtime_ns", "via", "size", "url")
 
     def __init__(self, url: np.ndarray, size: np.ndarray, mtime_ns: np.ndarray, etag: np.ndarray,
-                 last_modified: np.ndarray, sidecar_of: np.ndarray) -> None:
+                 last_modified: np.ndarray, via: np.ndarray) -> None:
         # use the constructors: they sort, check and freeze
         self.url, self.size, self.mtime_ns = url, size, mtime_ns
-        self.etag, self.last_modified, self.sidecar_of = etag, last_modified, sidecar_of
-        for col in (url, size, mtime_ns, etag, last_modified, sidecar_of):
+        self.etag, self.last_modified, self.via = etag, last_modified, via
+        for col in (url, size, mtime_ns, etag, last_modified, via):
             col.flags.writeable = False
 
     # -- construction --------------------------------------------------------------------------------
@@ -67,13 +69,13 @@ class Fingerprints:
         return cls(e, z, z.copy(), e.copy(), e.copy(), e.copy())
 
     @classmethod
-    def of(cls, records: Mapping[str, Record], sidecars: Mapping[str, str] | None = None) -> Fingerprints:
-        """From ``{url: (size, mtime_ns, etag, last_modified)}``; ``sidecars``: ``{sidecar url: the
-        data file's url}`` for the records that are sidecars."""
+    def of(cls, records: Mapping[str, Record], via: Mapping[str, str] | None = None) -> Fingerprints:
+        """From ``{url: (size, mtime_ns, etag, last_modified)}``; ``via``: ``{url: the url whose scan
+        recorded it}`` for the rows recorded by another file's scan."""
         urls = sorted(records)
         n = len(urls)
         recs = [records[u] for u in urls]
-        side = sidecars or {}
+        side = via or {}
         return cls(
             _strings(urls, n),
             np.fromiter((_unknown(r[0]) for r in recs), np.int64, n),
@@ -86,7 +88,7 @@ class Fingerprints:
     @classmethod
     def columns(cls, url: Sequence[str], size: Sequence[int | None] | None = None,
                 mtime_ns: Sequence[int | None] | None = None, etag: Sequence[str | None] | None = None,
-                last_modified: Sequence[str | None] | None = None, sidecar_of: Sequence[str | None] | None = None,
+                last_modified: Sequence[str | None] | None = None, via: Sequence[str | None] | None = None,
                 where: str = "fingerprints") -> Fingerprints:
         """From columns in any order (None: all unknown), checked: URLs are unique non-empty strings,
         sizes and times non-negative integers, the others strings. A problem is InvalidReferences
@@ -94,7 +96,7 @@ class Fingerprints:
         n = len(url)
         cols: dict[str, Sequence[Any]] = {}
         for name, col in (("size", size), ("mtime_ns", mtime_ns), ("etag", etag),
-                          ("last_modified", last_modified), ("sidecar_of", sidecar_of)):
+                          ("last_modified", last_modified), ("via", via)):
             if col is None:
                 col = [None] * n
             if len(col) != n:
@@ -108,7 +110,7 @@ class Fingerprints:
                 if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63):
                     raise InvalidReferences(f"{where}: {name}[{i}]: expected a non-negative integer or null, "
                                             f"got {v!r}")
-        for name in ("etag", "last_modified", "sidecar_of"):
+        for name in ("etag", "last_modified", "via"):
             for i, v in enumerate(cols[name]):
                 if v is not None and not isinstance(v, str):
                     raise InvalidReferences(f"{where}: {name}[{i}]: expected a string or null, got {v!r}")
@@ -125,7 +127,7 @@ class Fingerprints:
             _strings(urls, n),
             np.fromiter((_unknown(v) for v in pick("size")), np.int64, n),
             np.fromiter((_unknown(v) for v in pick("mtime_ns")), np.int64, n),
-            _strings(pick("etag"), n), _strings(pick("last_modified"), n), _strings(pick("sidecar_of"), n),
+            _strings(pick("etag"), n), _strings(pick("last_modified"), n), _strings(pick("via"), n),
         )
 
     # -- reading ---------------------------------------------------------------------------------------
@@ -153,13 +155,13 @@ class Fingerprints:
         """``{url: record}`` of every row."""
         return {u: self.record(i) for i, u in enumerate(self.url.tolist())}
 
-    def sidecars(self, url: str) -> list[str]:
-        """The sidecars recorded for the data file ``url``."""
-        return self.url[self.sidecar_of == url].tolist()  # type: ignore[no-any-return]
+    def recorded_via(self, url: str) -> list[str]:
+        """The files the scan of ``url`` recorded besides ``url`` (its sidecars)."""
+        return self.url[self.via == url].tolist()  # type: ignore[no-any-return]
 
-    def data_files(self) -> list[str]:
-        """URLs of the rows that are not sidecars."""
-        return self.url[self.sidecar_of == ""].tolist()  # type: ignore[no-any-return]
+    def scanned(self) -> list[str]:
+        """URLs of the files that were scanned (the rows not recorded via another)."""
+        return self.url[self.via == ""].tolist()  # type: ignore[no-any-return]
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Fingerprints):
@@ -172,28 +174,28 @@ class Fingerprints:
         return f"<Fingerprints of {len(self)} files>"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Fingerprints, (self.url, self.size, self.mtime_ns, self.etag, self.last_modified, self.sidecar_of))
+        return (Fingerprints, (self.url, self.size, self.mtime_ns, self.etag, self.last_modified, self.via))
 
     # -- new tables ----------------------------------------------------------------------------------
     def take(self, rows: np.ndarray) -> Fingerprints:
         rows = np.asarray(rows, np.int64)
         return Fingerprints(*(getattr(self, c)[rows] for c in ("url", "size", "mtime_ns", "etag", "last_modified",
-                                                              "sidecar_of")))
+                                                              "via")))
 
     def restricted(self, urls: Iterable[str]) -> Fingerprints:
-        """The rows of ``urls`` (those the set still references) and of their sidecars."""
+        """The rows of ``urls`` and those recorded via them."""
         keep = np.isin(self.url, np.asarray(list(urls), object))
-        keep |= np.isin(self.sidecar_of, self.url[keep])
+        keep |= np.isin(self.via, self.url[keep])
         return self if keep.all() else self.take(np.flatnonzero(keep))
 
     def without(self, urls: Iterable[str]) -> Fingerprints:
-        """The rows of every URL but ``urls`` and their sidecars."""
+        """The rows of every URL but ``urls`` and those recorded via them."""
         drop = np.asarray(list(urls), object)
-        gone = np.isin(self.url, drop) | np.isin(self.sidecar_of, drop)
+        gone = np.isin(self.url, drop) | np.isin(self.via, drop)
         return self if not gone.any() else self.take(np.flatnonzero(~gone))
 
     def renamed(self, rename: Callable[[str], str]) -> Fingerprints:
-        """Every URL (and ``sidecar_of``) passed through ``rename``; URLs that become equal must have
+        """Every URL (and ``via``) passed through ``rename``; URLs that become equal must have
         equal records (else InvalidReferences)."""
         recs: dict[str, Record] = {}
         side: dict[str, str] = {}
@@ -203,8 +205,8 @@ class Fingerprints:
             if new in recs and recs[new] != rec:
                 raise InvalidReferences(f"fingerprints: two files become {new!r} with different fingerprints")
             recs[new] = rec
-            if self.sidecar_of[i]:
-                side[new] = rename(self.sidecar_of[i])
+            if self.via[i]:
+                side[new] = rename(self.via[i])
         return Fingerprints.of(recs, side)
 
     @staticmethod
@@ -218,7 +220,7 @@ class Fingerprints:
         if len(tables) == 1:
             return tables[0]
         cols = {c: np.concatenate([getattr(t, c) for t in tables]) for c in
-                ("url", "size", "mtime_ns", "etag", "last_modified", "sidecar_of")}
+                ("url", "size", "mtime_ns", "etag", "last_modified", "via")}
         owner = np.repeat(np.arange(len(tables)), [len(t) for t in tables])
         order = np.lexsort((owner, cols["url"].astype(str)))
         url = cols["url"][order]
@@ -237,13 +239,13 @@ class Fingerprints:
                 a, b = int(owner[order][j - 1]), int(owner[order][j])
                 who = (f"inputs {names[a]!r} and {names[b]!r}" if names is not None else "two inputs")
                 fp = Fingerprints(*(cols[c][order][[j - 1, j]] for c in
-                                    ("url", "size", "mtime_ns", "etag", "last_modified", "sidecar_of")))
+                                    ("url", "size", "mtime_ns", "etag", "last_modified", "via")))
                 raise SourceChanged(str(url[j]), fp.record(0), fp.record(1),
                                     f"{who} were scanned from different versions of it (one of them before it "
                                     "changed): rescan the older one (refset refresh) before combining them")
         keep = order[first]
         return Fingerprints(*(cols[c][keep] for c in ("url", "size", "mtime_ns", "etag", "last_modified",
-                                                      "sidecar_of")))
+                                                      "via")))
 
     def updated(self, other: Fingerprints) -> Fingerprints:
         """This table with the rows of ``other`` replacing those of the same URLs (a refresh)."""
@@ -260,7 +262,7 @@ class Fingerprints:
             col = getattr(self, c)
             if (col >= 0).any():
                 out[c] = [None if v < 0 else v for v in col.tolist()]
-        for c in ("etag", "last_modified", "sidecar_of"):
+        for c in ("etag", "last_modified", "via"):
             col = getattr(self, c)
             if (col != "").any():
                 out[c] = [v or None for v in col.tolist()]
@@ -277,7 +279,7 @@ class Fingerprints:
             raise Unsupported(f"{where}: fingerprints version {doc.get('version')!r} (this refset reads "
                               f"version {_VERSION})")
         cols = {}
-        for c in ("size", "mtime_ns", "etag", "last_modified", "sidecar_of"):
+        for c in ("size", "mtime_ns", "etag", "last_modified", "via"):
             v = doc.get(c)
             if v is not None and not isinstance(v, list):
                 raise InvalidReferences(f"{where}: {c}: expected a list")
