@@ -420,8 +420,9 @@ def test_cli_scan_options_reach_the_scans_of_a_combine(tmp_path: Path) -> None:
 
 def test_identical_dim_in_a_truncated_file_is_not_reachable(tmp_path: Path) -> None:
     """The values of an identical dim are read to check them: a file cut short since it was scanned
-    gives ReferenceNotReachable naming it, not a short array compared as different values."""
-    from refset.errors import ReferenceNotReachable
+    is SourceChanged naming it (its record says another size) or, with the check off,
+    ReferenceNotReachable naming it; never a short array compared as different values."""
+    from refset.errors import ReferenceNotReachable, SourceChanged
 
     files = _days(tmp_path, 2)
     sets = [refset.scan(str(f), inline_threshold=0) for f in files]
@@ -429,8 +430,10 @@ def test_identical_dim_in_a_truncated_file_is_not_reachable(tmp_path: Path) -> N
     url, offset, length = sets[1]["lat/0"]
     with open(files[1], "r+b") as f:
         f.truncate(offset + length - 1)
-    with pytest.raises(ReferenceNotReachable, match=re.escape(url)):
+    with pytest.raises(SourceChanged, match=re.escape(url) + r" changed .*; now size"):
         combine(sets, concat_dims="time", identical_dims=["lat"])
+    with pytest.raises(ReferenceNotReachable, match=re.escape(url)):
+        combine(sets, concat_dims="time", identical_dims=["lat"], verify_sources=False)
 
 
 def test_relative_paths_are_the_clients_on_a_cluster(tmp_path: Path, monkeypatch) -> None:

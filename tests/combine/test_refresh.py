@@ -171,7 +171,7 @@ def test_what_refresh_refuses(archive: list[Path], tmp_path: Path) -> None:
     with pytest.raises(Unsupported, match="records no fingerprints"):
         refset.refresh(refs)
     files = [tmp_path / f"m{k}.nc" for k in range(3)]
-    for k, f in enumerate(files):
+    for f in files:
         day(f, 0)
     rs = refset.combine(files, concat_dims="member", coo_map={"member": [0, 1, 2]})
     day(files[1], 0, scale=0.25)  # along a new dim: no parts there

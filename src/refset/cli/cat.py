@@ -12,7 +12,8 @@ def cmd_cat(a: argparse.Namespace) -> int:
     import refset
 
     rs = refset.load(a.refs, storage_options=_json_arg(a.storage_options, "--storage-options"))
-    fs = refset.ReferenceFileSystem(fo=rs, remote_options=_json_arg(a.remote_options, "--remote-options"))
+    fs = refset.ReferenceFileSystem(fo=rs, remote_options=_json_arg(a.remote_options, "--remote-options"),
+                                    verify_sources=not a.no_verify_sources)
     data = fs.cat_file(a.key, start=a.start, end=a.end)
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()

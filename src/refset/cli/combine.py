@@ -117,7 +117,8 @@ def _combine_and_save(a: argparse.Namespace, inputs: list[Any], so: dict[str, An
     kw: dict[str, Any] = dict(identical_dims=[v for v in (a.identical_dims or "").split(",") if v],
                               coo_map=coo_map, coo_dtypes=coo_dtypes, storage_options=so, remote_options=ro,
                               scan=run, client=client, progress=bar.counting_bytes(run.read_so_far),
-                              concurrency=a.concurrency, on_error=a.on_error)
+                              concurrency=a.concurrency, on_error=a.on_error,
+                              verify_sources=not a.no_verify_sources)
     try:
         with _unused_drops(a, 1, f"any of the {len(inputs)} inputs"):
             if icechunk:

@@ -211,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--start", type=int, default=None, help="first byte (default 0)")
     s.add_argument("--end", type=int, default=None, help="end byte, exclusive (default: the end)")
     _read_options(s, "the reference set", remote="the data files its references point into")
+    _no_verify(s)
     s.set_defaults(func=cmd_cat)
 
     s = sub.add_parser("demo", help="see what refset is for: many NetCDF files -> one dataset",
@@ -239,6 +240,12 @@ def _read_options(s: argparse.ArgumentParser, what: str, remote: str | None = No
                        help=f"fsspec options (a JSON object) for {remote}")
 
 
+def _no_verify(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--no-verify-sources", action="store_true",
+                   help="read files that changed since the set was made (by default a file that is not "
+                        "what the set recorded is refused: docs/reliability.md)")
+
+
 def _overwrite(s: argparse.ArgumentParser) -> None:
     s.add_argument("--overwrite", action="store_true", help="replace an existing output")
 
@@ -260,6 +267,7 @@ def _combine_options(s: argparse.ArgumentParser, required: bool) -> None:
                         "into, read for coordinate values (default: --storage-options)"
                         + ("" if required else "; with --concat-dim"))
     _overwrite(s)
+    _no_verify(s)
     s.add_argument("--scheduler", metavar="ADDR", help="run on this Dask scheduler (tcp://host:port)")
     s.add_argument("--workers", type=int, metavar="N",
                    help=f"processes of an embedded Dask cluster (default: one per core from "

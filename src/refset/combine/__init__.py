@@ -57,6 +57,7 @@ def combine(
     concurrency: int | None = None,
     scan: Scan | None = None,
     on_error: str = "raise",
+    verify_sources: bool = True,
 ) -> ReferenceSet:
     """One set from ``inputs`` (sets, dicts, reference files in any format, or NetCDF/HDF5 files,
     which are scanned) concatenated along ``concat_dims``, in the order of their coordinates.
@@ -81,6 +82,8 @@ def combine(
     ``on_error``: ``"raise"`` (an input that cannot be opened or scanned raises its error, naming
     it) or ``"skip"`` (it is left out, with a warning; the combined set lists each one, index, name
     and error, in the root attribute ``refset_skipped_inputs``), also on a cluster.
+    ``verify_sources``: the inputs' files read for coordinate values are checked against what the
+    inputs recorded of them (a changed one is :class:`~refset.errors.SourceChanged`); False: not checked.
     """
     dims = [concat_dims] if isinstance(concat_dims, str) else list(concat_dims)
     if not dims:
@@ -104,6 +107,7 @@ def combine(
             if progress is not None:
                 for _ in given:
                     progress(1)
+            batch.verify = verify_sources
             return _combine(batch, dims, identical_dims, coo_map, coo_dtypes, postprocess, check, ro)
     items = expand_lists(given)
     if not items:
@@ -116,7 +120,7 @@ def combine(
                                  coo_map=dict(coo_map or {}), coo_dtypes=dict(coo_dtypes or {}),
                                  preprocess=preprocess, check=check, so=so, ro=ro, batch=batch_size,
                                  progress=progress, scan_options=sc, concurrency=concurrency, scan=scan,
-                                 skipped=skipped)
+                                 skipped=skipped, verify=verify_sources)
         _check_identical(identical_dims, list(out.grids))
         return _finished(out, skipped, len(items), postprocess)
     run = scan or Scan(**sc)  # one run for the data files: files of one product share parsed headers
@@ -131,7 +135,9 @@ def combine(
     names = [n for _, n in opened]
     if preprocess is not None:
         sets = [preprocess(rs) for rs in sets]
-    out = _combine(SetStack.from_sets(sets, names), dims, identical_dims, coo_map, coo_dtypes, None, check, ro)
+    stack = SetStack.from_sets(sets, names)
+    stack.verify = verify_sources
+    out = _combine(stack, dims, identical_dims, coo_map, coo_dtypes, None, check, ro)
     return _finished(out, skipped, len(items), postprocess)
 
 

@@ -64,7 +64,7 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
                 coo_dtypes: Mapping[str, Any], so: Mapping[str, Any], ro: Mapping[str, Any],
                 preprocess: Callable[..., ReferenceSet] | None,
                 scan_options: Mapping[str, Any], concurrency: int | None = None, skip: bool = False,
-                ) -> _Group:
+                verify: bool = True) -> _Group:
     """Inputs ``start...`` opened (scanned, with ``scan_options``; remote ones ``concurrency`` at a
     time) with ``so``, each one's coordinate values and attributes (data read with ``ro``), the
     names to drop each one lacked (reported once, by the client), what the scans cost (files,
@@ -84,8 +84,9 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
         if preprocess is not None:
             rs = preprocess(rs)
         sets.append((rs, name))
-        coords.append([(c.per_input[0], c.attrs) for c in coordinates(
-            SetStack.from_sets([rs], [name]), dims, maps[k], coo_dtypes, ro)])
+        one = SetStack.from_sets([rs], [name])
+        one.verify = verify
+        coords.append([(c.per_input[0], c.attrs) for c in coordinates(one, dims, maps[k], coo_dtypes, ro)])
     return sets, coords, [unused[i] for i in kept], run.costs(), list(skipped or ())
 
 
@@ -106,10 +107,11 @@ def _combine_batch(parts: Sequence[bytes], *args: Any) -> bytes:
 
 def _combined(parts: Sequence[tuple[ReferenceSet, str]], dims: Sequence[str], identical: Sequence[str],
               coo_map: Mapping[str, Any], coo_dtypes: Mapping[str, Any], target: Mapping[str, Mapping[str, Any]],
-              check: bool, so: Mapping[str, Any], name: str) -> bytes:
+              check: bool, so: Mapping[str, Any], name: str, verify: bool = True) -> bytes:
     """The combined set of ``parts`` and ``name``, pickled: one message frame, where distributed
     would send each column of each table as a frame of its own."""
     inputs = SetStack.from_sets([p[0] for p in parts], [p[1] for p in parts])
+    inputs.verify = verify
     coords = coordinates(inputs, dims, coo_map, coo_dtypes, so, target=target)
     return _frame((Combiner(inputs, coords, set(identical), check, so).build(), name))
 
@@ -133,7 +135,7 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
                        progress: Callable[[int], Any] | None = None,
                        scan_options: Mapping[str, Any] | None = None,
                        concurrency: int | None = None, scan: Scan | None = None,
-                       skipped: list[Any] | None = None) -> ReferenceSet:
+                       skipped: list[Any] | None = None, verify: bool = True) -> ReferenceSet:
     if batch < 2:
         raise ValueError(f"batch_size: must be at least 2, got {batch}")
     n = len(items)
@@ -144,7 +146,8 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
     threads = sum(client.nthreads().values()) or 1
     size = max(1, min(batch, -(-n // (4 * threads))))
     groups = [client.submit(_open_group, items[s:s + size], s, maps[s:s + size], dims, coo_dtypes, so, ro,
-                            preprocess, dict(scan_options or {}), concurrency, skipped is not None, pure=False)
+                            preprocess, dict(scan_options or {}), concurrency, skipped is not None, verify,
+                            pure=False)
               for s in range(0, n, size)]
     pending = [client.submit(_coords_part, g, pure=False) for g in groups]
     got: dict[int, Any] = {}
@@ -199,7 +202,7 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
         picks = [(used.index(where[i][0]), where[i][1]) for i in run]
         level.append((run[0], tuple(k[run[0]] for k in keys[:lead]), client.submit(
             _combine_picked, [groups[g] for g in used], picks, dims, identical, sel, coo_dtypes, target,
-            check, ro, f"inputs {run[0]}..{run[-1]}", pure=False)))
+            check, ro, f"inputs {run[0]}..{run[-1]}", verify, pure=False)))
     del groups, pending  # each group of input sets is released once its batches are combined
     for axis in range(lead, -1, -1):  # the last dim first, then the one before it...
         while len({e[1][:axis] for e in level}) < len(level):
@@ -208,7 +211,7 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
                 parts = sorted((level[j] for j in run), key=lambda e: e[0])
                 nxt.append((parts[0][0], level[run[0]][1], client.submit(
                     _combine_batch, [e[2] for e in parts], dims, identical, {}, coo_dtypes, target,
-                    check, ro, f"part of inputs {parts[0][0]}...", pure=False)))
+                    check, ro, f"part of inputs {parts[0][0]}...", verify, pure=False)))
             level = nxt
     rs: ReferenceSet = pickle.loads(client.gather(level[0][2]))[0]
     return rs

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,7 +42,8 @@ def attributes_of(stack: SetStack, i: int, path: str, storage_options: Mapping[s
         return attrs
     if isinstance(raw, tuple):
         url, *span = raw
-        raw = _fetch([(url, span[0], span[0] + span[1]) if span else (url, 0, -1)], storage_options or {})[0]
+        raw = _fetch([(url, span[0], span[0] + span[1]) if span else (url, 0, -1)], storage_options or {},
+                     recorded=stack.recorded())[0]
     return dict(_json(bytes(raw), key))
 
 
@@ -85,7 +86,7 @@ def read_arrays(inputs: SetStack, path: str, which: Iterable[int],
             elif k in (RANGE, WHOLE):
                 chunks.append((f, fetch.setdefault((urls[p], o, o + n if k == RANGE else -1), len(fetch))))
         plans.append((meta, chunks, path, (meta, tuple(chunks))))
-    data = _fetch(list(fetch), storage_options or {}, inputs.fetched)
+    data = _fetch(list(fetch), storage_options or {}, inputs.fetched, inputs.recorded())
     done: dict[Any, np.ndarray] = {}
     out = []
     for meta, chunks, path, same in plans:
@@ -96,9 +97,11 @@ def read_arrays(inputs: SetStack, path: str, which: Iterable[int],
 
 
 def _fetch(items: list[tuple[str, int, int]], storage_options: Mapping[str, Any],
-           fetched: Mapping[tuple[str, int, int], bytes] | None = None) -> list[bytes]:
+           fetched: Mapping[tuple[str, int, int], bytes] | None = None,
+           recorded: Callable[[str], Any] | None = None) -> list[bytes]:
     """The bytes of each ``(url, start, end)`` (``end < 0``: the whole file): those a scan already
-    read from ``fetched`` (by url, offset, length), the rest through the byte layer."""
+    read from ``fetched`` (by url, offset, length), the rest through the byte layer, checked against
+    ``recorded`` (:func:`refset.io.store.read_many`)."""
     from refset.io.store import read_many
 
     out: list[bytes | None] = [None] * len(items)
@@ -107,8 +110,8 @@ def _fetch(items: list[tuple[str, int, int]], storage_options: Mapping[str, Any]
             if end >= 0:
                 out[i] = fetched.get((url, start, end - start))
     missing = [i for i, d in enumerate(out) if d is None]
-    for i, data in zip(missing, read_many([items[i] for i in missing], storage_options) if missing else [],
-                       strict=True):
+    for i, data in zip(missing, read_many([items[i] for i in missing], storage_options, recorded=recorded)
+                       if missing else [], strict=True):
         out[i] = data
     return [d for d in out if d is not None]
 

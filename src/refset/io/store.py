@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from refset.abc.bytestore import ByteStore
-from refset.errors import ReferenceNotReachable
+from refset.errors import ReferenceNotReachable, SourceChanged
 from refset.io.fingerprint import Fingerprint
 from refset.io.local import is_local, local_path
 
@@ -212,15 +212,35 @@ def _is_http(fs: Any) -> bool:
     return (type(fs).__module__ or "").startswith("fsspec.implementations.http")
 
 
+def _check_local(url: str, recorded: tuple[Any, ...]) -> None:
+    """SourceChanged when the local file at ``url`` is not what ``recorded`` says it was."""
+    from refset.io.fingerprint import changed, local_fingerprint
+
+    try:
+        now: tuple[Any, ...] | None = local_fingerprint(local_path(url))
+    except FileNotFoundError:
+        now = None
+    if now is None or changed(recorded, now):
+        raise SourceChanged(url, recorded, now)
+
+
 def read_many(items: Sequence[tuple[str, int, int]], storage_options: Mapping[str, Any] | None = None,
-              ) -> list[bytes]:
+              *, recorded: Callable[[str], tuple[Any, ...] | None] | None = None) -> list[bytes]:
     """The bytes of each ``(url, start, end)`` (``end < 0``: the whole file), each exactly as long as
     asked: local files read directly, the rest through the checked reader, all concurrently. A
-    failure is a :class:`~refset.errors.ReferenceNotReachable` naming the file."""
+    failure is a :class:`~refset.errors.ReferenceNotReachable` naming the file. ``recorded(url)``: what
+    a file must still be (its fingerprint; None: not checked): a local file is looked at once, remote
+    reads are conditional (:class:`~refset.io.fetch.Targets`); a changed one is
+    :class:`~refset.errors.SourceChanged`."""
     out: list[bytes] = [b""] * len(items)
     remote: list[int] = []
+    seen: set[str] = set()
     for i, (url, start, end) in enumerate(items):
         if is_local(url, storage_options):  # plain reads: no fsspec import or per-call cost
+            rec = recorded(url) if recorded is not None and url not in seen else None
+            seen.add(url)
+            if rec is not None:
+                _check_local(url, rec)
             try:
                 data = LocalStore(url).read("", start if end >= 0 else None, end if end >= 0 else None)
             except OSError as e:
@@ -236,13 +256,15 @@ def read_many(items: Sequence[tuple[str, int, int]], storage_options: Mapping[st
 
     from refset.io.fetch import Targets, read_range
 
-    targets = Targets(remote_options=storage_options)
+    targets = Targets(remote_options=storage_options, recorded=recorded)
     sem = asyncio.Semaphore(64)
 
     async def one(url: str, start: int, end: int) -> bytes:
         async with sem:
             try:
                 data = await read_range(targets, url, start if end >= 0 else None, end if end >= 0 else None)
+            except SourceChanged:
+                raise
             except Exception as e:
                 raise ReferenceNotReachable.wrap("", url, e) from e
         if end >= 0 and len(data) != end - start:

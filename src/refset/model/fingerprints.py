@@ -51,7 +51,7 @@ class Fingerprints:
     "" for a file scanned itself; a refresh rescans ``via`` when its row changed. Immutable; pickles
     as its columns."""
 
-    __slots__ = ("etag", "last_modified", "mtime_ns", "via", "size", "url")
+    __slots__ = ("etag", "last_modified", "mtime_ns", "size", "url", "via")
 
     def __init__(self, url: np.ndarray, size: np.ndarray, mtime_ns: np.ndarray, etag: np.ndarray,
                  last_modified: np.ndarray, via: np.ndarray) -> None:

@@ -82,6 +82,9 @@ class SetStack:
         #: per set, what its files were when scanned
         self.fingerprints = list(fingerprints) if fingerprints is not None else [Fingerprints.empty()] * len(names)
         self._union: Fingerprints | None = None
+        #: whether reads of the sets' files (coordinate values, attributes stored in files) check them
+        #: against the sets' fingerprints
+        self.verify = True
 
     @property
     def n(self) -> int:
@@ -95,6 +98,13 @@ class SetStack:
 
     def set(self, i: int) -> ReferenceSet:
         return self._set_of(i)
+
+    def recorded(self) -> Callable[[str], tuple[int | None, int | None, str | None, str | None] | None] | None:
+        """What the sets' reads of their files check a file against (None: nothing checked)."""
+        if not self.verify:
+            return None
+        fps = self.all_fingerprints()
+        return fps.get if len(fps) else None
 
     def all_fingerprints(self) -> Fingerprints:
         """The union of the sets' fingerprints (a file recorded differently by two sets is

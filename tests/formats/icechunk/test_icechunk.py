@@ -383,3 +383,44 @@ def test_a_refused_append_saves_no_container(tmp_path: Path) -> None:
         refset.append(_days(tmp_path / "b", 1, start=0, chunk=(2, 6, 100)), dest, concat_dim="time")
     config = icechunk.Repository.fetch_config(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
     assert list(config.virtual_chunk_containers) == [f"file://{tmp_path}/a/"]
+
+
+def _rewritten(f: str) -> None:
+    """``f`` rewritten in place: new values, the same layout, modified two seconds later."""
+    before = os.stat(f)
+    with netCDF4.Dataset(f, "a") as nc:
+        nc["tas"][:] = nc["tas"][:] + 1
+    os.utime(f, ns=(before.st_atime_ns, before.st_mtime_ns + 2 * 10**9))
+
+
+def test_icechunk_itself_refuses_a_changed_source(tmp_path: Path) -> None:
+    """Each virtual chunk carries Icechunk's own checksum of its file (a local file: its modification
+    time), so that Icechunk's readers, not only refset's, refuse it once it changed (issue 40)."""
+    files = _days(tmp_path, 2)
+    dest = str(tmp_path / "repo")
+    refset.save(refset.combine(files, concat_dims="time"), f"icechunk://{dest}")
+    with xr.open_mfdataset(files, combine="nested", concat_dim="time") as want:
+        _equal(_open(dest), want.load())
+    _rewritten(files[1])
+    with pytest.raises(Exception, match="checksum of the object owning the virtual chunk has changed"):
+        _open(dest).tas.load()
+    np.testing.assert_array_equal(_open(dest).tas.isel(time=[0, 1]).values,  # the unchanged file reads
+                                  xr.open_dataset(files[0]).tas.values)
+
+
+def test_icechunk_checks_an_s3_file_by_its_etag(tmp_path: Path, s3: dict[str, object]) -> None:
+    import fsspec
+
+    files = _days(tmp_path, 1)
+    fs = fsspec.filesystem("s3", **s3)
+    url = "s3://refs/icechunk-etag/day000.nc"
+    fs.put(files[0], url)
+    rs = refset.scan(url, storage_options=s3)
+    assert rs.fingerprints.get(url)[2]  # its ETag, from the scan's own read
+    dest = "icechunk://s3://refs/repos/etag"
+    refset.save(rs, dest, storage_options=s3, remote_options=s3)
+    _equal(_open(dest, storage_options=s3, remote_options=s3), xr.open_dataset(files[0]).load())
+    _rewritten(files[0])
+    fs.put(files[0], url)  # re-uploaded: another ETag
+    with pytest.raises(Exception, match="checksum of the object owning the virtual chunk has changed"):
+        _open(dest, storage_options=s3, remote_options=s3).tas.load()

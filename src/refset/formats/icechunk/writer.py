@@ -168,6 +168,7 @@ def _batches(plan: Plan, paths: Iterable[str], sizes: Mapping[int, int]) -> Iter
     rs = plan.rs
     spec = ic.VirtualChunkSpec
     locs = plan.locations
+    sums = _checksums(rs)
     for path in paths:
         t = rs.table(path)
         kind = t.kind
@@ -183,8 +184,44 @@ def _batches(plan: Plan, paths: Iterable[str], sizes: Mapping[int, int]) -> Iter
             if whole.any():
                 off[whole] = 0
                 ln[whole] = [sizes[int(i)] for i in pid[whole]]
-            yield path, [spec(index=i, location=locs[p], offset=o, length=n)
+            yield path, [spec(index=i, location=locs[p], offset=o, length=n, **sums.get(p, _NONE))
                          for i, p, o, n in zip(index.tolist(), pid.tolist(), off.tolist(), ln.tolist())]
+
+
+_NONE: dict[str, Any] = {}
+
+
+def _checksums(rs: ReferenceSet) -> dict[int, dict[str, Any]]:
+    """Per URL id, the checksum Icechunk keeps with each virtual chunk into it, so that Icechunk itself
+    refuses to read a file that changed since the set's scan: its ETag (a strong one: a weak ETag
+    never satisfies the If-Match Icechunk sends), else when it was last modified (Icechunk keeps whole
+    seconds: the recorded time rounded up, so that the file as scanned still passes)."""
+    import datetime
+    from email.utils import parsedate_to_datetime
+
+    fps = rs.fingerprints
+    out: dict[int, dict[str, Any]] = {}
+    if not len(fps):
+        return out
+    for i, url in enumerate(rs.urls):
+        rec = fps.get(url)
+        if rec is None:
+            continue
+        _, mtime_ns, etag, last_modified = rec
+        if etag is not None and not etag.startswith("W/"):
+            out[i] = {"etag_checksum": etag}
+            continue
+        when = None
+        if mtime_ns is not None:
+            when = datetime.datetime.fromtimestamp(-(-mtime_ns // 10**9), datetime.UTC)
+        elif last_modified is not None:
+            try:
+                when = parsedate_to_datetime(last_modified)
+            except (TypeError, ValueError):
+                when = None
+        if when is not None:
+            out[i] = {"last_updated_at_checksum": when}
+    return out
 
 
 def native_chunks(plan: Plan, paths: Iterable[str]) -> dict[str, bytes]:
