@@ -48,6 +48,10 @@ class Block(Protocol):
     def decoded(self) -> bool:
         """Whether :meth:`ref` answers without decoding (False: the first call may decompress)."""
 
+    @property
+    def nbytes(self) -> int:
+        """The memory the block holds, once decoded (what the set's block cache counts)."""
+
     def ref(self, j: int) -> Ref | None:
         """The reference of cell ``j`` of the block, None when absent."""
 

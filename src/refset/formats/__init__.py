@@ -42,8 +42,8 @@ def load(
     set's own value forms: bytes, ``(url,)``, ``(url, offset, length)``), JSON text as bytes, or a
     path/URL to JSON (``.json``, ``.json.gz``, ``.json.zst``; compression is recognised by content),
     a parquet reference directory, or a packed file. ``options`` go to the format's reader (for JSON:
-    ``lazy``, ``max_gen``, ``template_overrides``). ``cache_size``: decoded blocks (parquet records,
-    packed segments) kept for single-key lookups. Malformed input raises
+    ``lazy``, ``max_gen``, ``template_overrides``). ``cache_size``: at most this many decoded blocks (parquet
+    records, packed segments) kept for single-key lookups (besides ``limits.block_cache`` bytes). Malformed input raises
     :class:`~refset.errors.InvalidReferences`. ``limits``: bounds on what reading may spend
     (:class:`~refset.options.Limits`; the defaults when None), kept by a set that reads lazily.
 
@@ -88,6 +88,8 @@ def load(
         )
     if cache_size is not None:
         rs.block_cache_size = max(1, int(cache_size))
+    if limits is not None:
+        rs.block_cache_bytes = limits.block_cache
     return rs
 
 

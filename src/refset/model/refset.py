@@ -36,10 +36,11 @@ from refset.model.table import (
     resolve,
     v0_value,
 )
+from refset.options import DEFAULT_LIMITS
 
 __all__ = ["ReferenceSet", "ABSENT", "RANGE", "WHOLE", "INLINE", "Ref", "NOT_LOADED"]
 
-DEFAULT_BLOCK_CACHE = 128  # decoded blocks kept (parquet records, packed segments), as fsspec's cache
+
 LOCATE_CACHE = 1 << 16  # keys whose parse is remembered (a dict: cleared when full)
 KEY_BLOCK = 1 << 16  # chunk keys made at a time when iterating
 _UNSEEN = object()
@@ -75,7 +76,12 @@ class ReferenceSet(Mapping[str, Ref]):
         self._block_locks: dict[tuple[str, int], threading.Lock] = {}
         self._block_guard = threading.Lock()
         self._block_sizes: dict[str, int] = {}
-        self.block_cache_size = DEFAULT_BLOCK_CACHE
+        self._block_bytes: dict[tuple[str, int], int] = {}  # what each cached block holds
+        self._cached_bytes = 0
+        #: bytes of decoded blocks kept (``Limits.block_cache``), and at most this many blocks (None: no
+        #: bound on their number; ``load(cache_size=N)``)
+        self.block_cache_bytes = DEFAULT_LIMITS.block_cache
+        self.block_cache_size: int | None = None
         self._located: dict[str, tuple[str, int] | None] = {}  # parsed keys, bounded (LOCATE_CACHE)
         self._fingerprints: Fingerprints | None = None
 
@@ -306,6 +312,12 @@ class ReferenceSet(Mapping[str, Ref]):
                 self._blocks.move_to_end(k)
             except KeyError:  # evicted meanwhile by another thread
                 pass
+            size = int(getattr(b, "nbytes", 0))  # a block may grow once decoded (a packed segment)
+            with self._block_guard:
+                old = self._block_bytes.get(k)
+                if old is not None and old != size:
+                    self._block_bytes[k] = size
+                    self._cached_bytes += size - old
             return b
         with self._block_guard:
             lock = self._block_locks.setdefault(k, threading.Lock())
@@ -314,10 +326,16 @@ class ReferenceSet(Mapping[str, Ref]):
                 b = self._blocks.get(k)
                 if b is None:
                     b = self._source.block(path, i)
+                    size = int(getattr(b, "nbytes", 0))
                     with self._block_guard:
                         self._blocks[k] = b
-                        while len(self._blocks) > self.block_cache_size:
-                            self._blocks.popitem(last=False)
+                        self._block_bytes[k] = size
+                        self._cached_bytes += size
+                        most = self.block_cache_size
+                        while len(self._blocks) > 1 and (self._cached_bytes > self.block_cache_bytes
+                                                         or (most is not None and len(self._blocks) > most)):
+                            gone, _ = self._blocks.popitem(last=False)
+                            self._cached_bytes -= self._block_bytes.pop(gone, 0)
             finally:
                 with self._block_guard:
                     if self._block_locks.get(k) is lock:

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from refset.errors import InvalidReferences
 from refset.formats.packed.codec import BlockReader, BlockWriter, unzigzag, zigzag
 from refset.model.builder import check_ends
 from refset.model.table import ABSENT, INLINE, MAX_END, RANGE, WHOLE, KeyTable
@@ -25,7 +26,7 @@ __all__ = [
     "Segment",
     "encode_segment",
     "decode_segment",
-    "lookup_segment",
+    "SegmentPlanes",
     "encode_strings",
     "decode_strings",
     "encode_other",
@@ -117,19 +118,23 @@ def encode_segment(
     return {"runs": len(spos), "gaps": int(np.count_nonzero(sg)), "negative_gaps": int((sg < 0).sum())}
 
 
-def _presence(r: BlockReader, ncells: int) -> tuple[int, np.ndarray | None, int]:
-    """(flags, positions of present cells or None when read after the count, npresent)."""
+def _presence(r: BlockReader, ncells: int, every: bool = True) -> tuple[int, np.ndarray | None, int]:
+    """(flags, positions of present cells, npresent); with ``every`` False the positions of a segment
+    whose every cell is present are not made (None)."""
     flags = r.u8()
     if flags & ~(ALL_PRESENT | ALL_RANGE | POSITIONS) or (flags & ALL_PRESENT and flags & POSITIONS):
         raise r.fail(f"unknown segment flags {flags:#x}")
     rel = None
     if flags & ALL_PRESENT:
-        rel = np.arange(ncells, dtype=np.int64)
+        rel = np.arange(ncells, dtype=np.int64) if every else None
     elif not flags & POSITIONS:
         bits = np.frombuffer(r.blob((ncells + 7) // 8), np.uint8)
         rel = np.flatnonzero(np.unpackbits(bits, count=ncells, bitorder="little").view(bool))
     npresent = r.count(ncells, "present count")
-    if rel is None:
+    if flags & ALL_PRESENT:
+        if npresent != ncells:
+            raise r.fail(f"present count {npresent} in a segment of {ncells} cells all present")
+    elif rel is None:
         rel = np.cumsum(r.ints(npresent).astype(np.int64) + 1) - 1
         if npresent and rel[-1] >= ncells:
             raise r.fail(f"present position {int(rel[-1])} outside the segment of {ncells} cells")
@@ -208,69 +213,114 @@ def decode_segment(r: BlockReader, lo: int, nurls: int, cells: int) -> Segment:
     return Segment(rel, kp, pid_all, off_all, ln_all, inline)
 
 
-def lookup_segment(r: BlockReader, lo: int, nurls: int, j: int,
-                   cells: int) -> tuple[int, int, int, int, bytes | None]:
-    """``(kind, path_id, offset, length, inline data)`` of cell ``j`` alone (a checked block): the
-    columns are decompressed but only the cell's file run is summed, no per-cell arrays are built."""
-    ncells = _cells(r, cells)
-    if not 0 <= j < ncells:
-        raise r.fail(f"cell {j} outside the segment of {ncells}")
-    flags = r.u8()
-    if flags & ~(ALL_PRESENT | ALL_RANGE | POSITIONS) or (flags & ALL_PRESENT and flags & POSITIONS):
-        raise r.fail(f"unknown segment flags {flags:#x}")
-    if flags & ALL_PRESENT:
-        rank = j
-        npresent = r.count(ncells, "present count")
-    elif flags & POSITIONS:
-        npresent = r.count(ncells, "present count")
-        pos = np.cumsum(r.ints(npresent).astype(np.int64) + 1) - 1
-        rank = int(np.searchsorted(pos, j))
-        if rank >= npresent or pos[rank] != j:
-            return ABSENT, 0, 0, 0, None
-    else:
-        bits = np.frombuffer(r.blob((ncells + 7) // 8), np.uint8)
-        if not (bits[j >> 3] >> (j & 7)) & 1:
-            return ABSENT, 0, 0, 0, None
-        rank = int(np.unpackbits(bits, count=j, bitorder="little").sum())
-        npresent = r.count(ncells, "present count")
-    if flags & ALL_RANGE:
-        kind, q = RANGE, rank
-    else:
-        kp = r.ints(npresent)[: rank + 1]
-        kind = int(kp[rank])
-        q = int(np.count_nonzero((kp[:rank] == RANGE) | (kp[:rank] == WHOLE)))
-        if kind == INLINE:
-            iq = int(np.count_nonzero(kp[:rank] == INLINE))
-    nloc = npresent if flags & ALL_RANGE else None
-    nruns = r.count(npresent, "run count")
-    rpid = np.cumsum(unzigzag(r.ints(nruns)).view(np.int64))
-    runlen = r.ints(nruns).astype(np.int64) + 1
-    if nloc is None:
-        nloc = int(runlen.sum())
-        if nloc > npresent:
-            raise r.fail(f"runs cover {nloc} chunks, more than the {npresent} present")
-    starts = r.ints(nruns)
-    base = _U64(r.u64())
-    lens = r.sparse_ints(nloc)
-    gaps = r.sparse_ints(nloc)
-    if kind == INLINE:
-        ninl = npresent - nloc
-        sizes = r.ints(ninl).astype(np.int64)
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """``a`` (non-negative) in the smallest unsigned type that holds it."""
+    if not a.size:
+        return a.astype(np.uint8)
+    top = int(a.max())
+    dt = np.uint8 if top < 1 << 8 else np.uint16 if top < 1 << 16 else np.uint32 if top < 1 << 32 else np.uint64
+    return a.astype(dt)
+
+
+class SegmentPlanes:
+    """One segment's columns decompressed and kept narrow (a length in 2 bytes where it fits, the
+    gaps as stored: mostly none), each cell's reference computed when asked: a file run's first offset
+    plus the lengths and gaps before the cell in its run. A random lookup costs a few microseconds,
+    and the segment about 2-4 bytes a cell, where :func:`decode_segment` builds ~33 bytes a cell (what
+    reading a whole table wants)."""
+
+    __slots__ = ("base", "ends", "gap_pos", "gap_val", "gaps", "iflat", "inline", "kind", "lens", "lo", "locrank",
+                 "nbytes", "ncells", "nurls", "rel", "rpid", "runlen", "starts")
+
+    rel: np.ndarray | None
+    kind: np.ndarray | None
+    locrank: np.ndarray | None
+    gaps: np.ndarray | None
+    gap_pos: np.ndarray | None
+    gap_val: np.ndarray | None
+
+    def __init__(self, r: BlockReader, lo: int, nurls: int, cells: int) -> None:
+        ncells = _cells(r, cells)
+        flags, rel, npresent = _presence(r, ncells, every=False)
+        self.lo, self.ncells, self.nurls = lo, ncells, nurls
+        self.rel = None if rel is None else rel.astype(np.uint32 if ncells < 1 << 32 else np.int64)
+        if flags & ALL_RANGE:
+            kp = None
+        else:
+            kp64 = r.ints(npresent)
+            if npresent and (kp64.min() < RANGE or kp64.max() > INLINE):
+                raise r.fail("kind code outside 1..3")
+            kp = kp64.astype(np.uint8)
+        self.kind = kp
+        located = None if kp is None else _located(kp)
+        every = located is None or bool(located.all())
+        n = npresent if located is None or every else int(np.count_nonzero(located))
+        # the rank of each present cell among the located ones (only when some are inline)
+        self.locrank = None if every or located is None else (np.cumsum(located) - 1).astype(np.int64)
+        nruns = r.count(n, "run count")
+        if (nruns == 0) != (n == 0):
+            raise r.fail(f"{nruns} runs for {n} located chunks")
+        self.rpid = np.cumsum(unzigzag(r.ints(nruns)).view(np.int64))
+        self.runlen = r.ints(nruns).astype(np.int64) + 1
+        self.ends = np.cumsum(self.runlen)
+        if int(self.runlen.sum()) != n:
+            raise r.fail(f"runs cover {int(self.runlen.sum())} chunks, expected {n}")
+        if nruns and (self.rpid.min() < 0 or self.rpid.max() >= nurls):
+            raise r.fail(f"file index outside the URL table of {nurls}")
+        self.starts = r.ints(nruns)
+        self.base = _U64(r.u64())
+        lens = unzigzag(r.sparse_ints(n)) + self.base  # the lengths themselves (uint64, mod 2**64)
+        self.lens = _narrow(lens)
+        got = r.sparse_pairs(n)
+        if isinstance(got, tuple):
+            self.gaps, self.gap_pos, self.gap_val = None, got[0], unzigzag(got[1])
+        else:
+            self.gaps, self.gap_pos, self.gap_val = unzigzag(got), None, None
+        if kp is None:
+            self.iflat = np.zeros(0, np.int64)
+        else:
+            cells_at = np.arange(ncells, dtype=np.int64) if rel is None else rel
+            self.iflat = cells_at[kp == INLINE].astype(np.int64)
+        sizes = r.ints(len(self.iflat)).astype(np.int64)
         data = r.blob(int(sizes.sum()))
-        end = int(sizes[: iq + 1].sum())
-        return INLINE, 0, 0, 0, data[end - int(sizes[iq]) : end]
-    ends = np.cumsum(runlen)
-    k = int(np.searchsorted(ends, q, side="right"))
-    if k >= nruns or int(rpid[k]) >= nurls or int(rpid[k]) < 0:
-        raise r.fail("chunk outside the file runs")
-    s = int(ends[k] - runlen[k])
-    ln = unzigzag(lens[s : q + 1]) + base
-    off = starts[k] + np.sum(ln[:-1], dtype=_U64) + np.sum(unzigzag(gaps[s + 1 : q + 1]), dtype=_U64)
-    if kind == WHOLE:
-        return WHOLE, int(rpid[k]), 0, 0, None
-    if int(off) + int(ln[-1]) >= MAX_END:
-        raise r.fail(f"cell {lo + j}: offset {int(off)} + length {int(ln[-1])} must be below 2**63")
-    return RANGE, int(rpid[k]), int(off), int(ln[-1]), None
+        ends = np.cumsum(sizes).tolist()
+        self.inline = [data[e - s : e] for s, e in zip(sizes.tolist(), ends, strict=True)]
+        r.end()
+        cols = [a for a in (self.rel, self.kind, self.locrank, self.lens, self.gaps, self.gap_pos, self.gap_val,
+                            self.rpid, self.runlen, self.ends, self.starts, self.iflat) if a is not None]
+        self.nbytes = sum(a.nbytes for a in cols) + len(data) + 50 * len(self.inline) + 200
+
+    def row(self, j: int) -> tuple[int, int, int, int, bytes | None]:
+        """``(kind, path_id, offset, length, inline data)`` of cell ``j`` (ABSENT when it is not)."""
+        if self.rel is None:
+            rank = j
+        else:
+            rank = int(np.searchsorted(self.rel, j))
+            if rank >= len(self.rel) or int(self.rel[rank]) != j:
+                return ABSENT, 0, 0, 0, None
+        kind = RANGE if self.kind is None else int(self.kind[rank])
+        if kind == INLINE:
+            i = int(np.searchsorted(self.iflat, j))
+            return INLINE, 0, 0, 0, self.inline[i]
+        q = rank if self.locrank is None else int(self.locrank[rank])
+        k = int(np.searchsorted(self.ends, q, side="right"))
+        pid = int(self.rpid[k])
+        if kind == WHOLE:
+            return WHOLE, pid, 0, 0, None
+        s = int(self.ends[k] - self.runlen[k])
+        ln = self.lens[s : q + 1].astype(_U64)
+        if self.gaps is not None:
+            gap = np.sum(self.gaps[s + 1 : q + 1], dtype=_U64)
+        else:
+            assert self.gap_pos is not None and self.gap_val is not None
+            a, b = np.searchsorted(self.gap_pos, [s + 1, q + 1])
+            gap = np.sum(self.gap_val[a:b], dtype=_U64)
+        off = int(self.starts[k] + np.sum(ln[:-1], dtype=_U64) + gap)
+        length = int(ln[-1])
+        if off >= MAX_END or length >= MAX_END or off + length >= MAX_END:
+            raise InvalidReferences(f"packed block: cell {self.lo + j}: offset {off} + length {length} must be "
+                                    "below 2**63")
+        return RANGE, pid, off, length, None
 
 
 def encode_strings(w: BlockWriter, items: list[str]) -> None:

@@ -39,9 +39,15 @@ def zigzag(v: np.ndarray) -> np.ndarray:
 
 
 def unzigzag(z: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`zigzag`, returning uint64 bit patterns."""
-    z = np.asarray(z, np.uint64)
-    return ((z >> np.uint64(1)).view(np.int64) ^ -(z & np.uint64(1)).view(np.int64)).view(np.uint64)
+    """Inverse of :func:`zigzag`, returning uint64 bit patterns (``(z >> 1) ^ -(z & 1)``, in place in
+    int64: unsigned shifts with a numpy scalar take a slow path)."""
+    s = np.asarray(z, np.uint64).view(np.int64)
+    out = np.right_shift(s, 1)
+    np.bitwise_and(out, np.int64(0x7FFFFFFFFFFFFFFF), out=out)  # a logical shift
+    low = np.bitwise_and(s, 1)
+    np.negative(low, out=low)
+    np.bitwise_xor(out, low, out=out)
+    return out.view(np.uint64)
 
 
 class BlockWriter:
@@ -193,6 +199,21 @@ class BlockReader:
         for j in range(w):
             out[:, j] = np.frombuffer(self.blob(n), np.uint8)
         return out.view("<u8").reshape(n).astype(np.uint64, copy=False)
+
+    def sparse_pairs(self, n: int) -> tuple[np.ndarray, np.ndarray] | np.ndarray:
+        """A column written by the sparse writer as it is stored: ``(positions, values)`` of its
+        non-zero entries (sparse mode, positions ascending), or the dense column."""
+        mode = self.u8()
+        if mode == 0:
+            return self.ints(n)
+        if mode != 1:
+            raise self.fail(f"unknown integer column mode {mode}, expected 0 (dense) or 1 (sparse)")
+        k = self.count(n, "non-zero count")
+        pos = (np.cumsum(self.ints(k) + np.uint64(1)) - np.uint64(1)).astype(np.int64)
+        vals = self.ints(k)
+        if k and int(pos[-1]) >= n:
+            raise self.fail(f"sparse position {int(pos[-1])} outside the column of {n}")
+        return pos, vals
 
     def sparse_ints(self, n: int) -> np.ndarray:
         mode = self.u8()

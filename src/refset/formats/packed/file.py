@@ -22,6 +22,7 @@ import numpy as np
 from refset.errors import InvalidReferences, Unsupported
 from refset.formats.packed.array import (
     Segment,
+    SegmentPlanes,
     array_stats,
     decode_other,
     decode_segment,
@@ -29,7 +30,6 @@ from refset.formats.packed.array import (
     encode_other,
     encode_segment,
     encode_strings,
-    lookup_segment,
 )
 from refset.formats.packed.codec import BlockReader, BlockWriter
 from refset.io.atomic import write_bytes
@@ -317,43 +317,43 @@ def read_packed(
 
 
 class _SegmentBlock:
-    """A checked segment block (a :class:`~refset.abc.source.Block`): the first lookup reads one cell
-    without building the segment's columns; a second one decodes the segment once."""
+    """A checked segment block (a :class:`~refset.abc.source.Block`): its columns decompressed on the
+    first lookup and kept narrow (:class:`~refset.formats.packed.array.SegmentPlanes`), each cell's
+    reference computed when asked."""
 
     def __init__(self, raw: bytes, name: str, lo: int, cells: int, urls: tuple[str, ...], limit: int) -> None:
         self.raw, self.name, self.lo, self.cells, self.urls, self.limit = raw, name, lo, cells, urls, limit
-        self.seg: Segment | None = None
-        self.hits = 0
+        self.planes: SegmentPlanes | None = None
 
     @property
     def decoded(self) -> bool:
-        return self.seg is not None
+        return self.planes is not None
+
+    @property
+    def nbytes(self) -> int:
+        # the segment's decompressed columns (the stored bytes are let go; the URL table is the file's,
+        # shared by every block)
+        planes = self.planes
+        return len(self.raw) + 200 if planes is None else planes.nbytes
 
     def ref(self, j: int) -> Ref | None:
         try:
-            return self._ref(j)
+            planes = self.planes
+            if planes is None:
+                planes = self.planes = SegmentPlanes(BlockReader(self.raw, self.name, self.limit), self.lo,
+                                                     len(self.urls), self.cells)
+                self.raw = b""
+            row = planes.row(j)
         except MemoryError:
             raise InvalidReferences(f"packed block {self.name}: out of memory decoding {self.cells} "
                                     "cells") from None
-
-    def _ref(self, j: int) -> Ref | None:
-        seg = self.seg
-        if seg is None:
-            self.hits += 1
-            if self.hits == 1:
-                row = lookup_segment(BlockReader(self.raw, self.name, self.limit), self.lo, len(self.urls), j,
-                                     self.cells)
-                return None if row[0] == ABSENT else resolve(row, self.urls, "")
-            seg = self.seg = decode_segment(BlockReader(self.raw, self.name, self.limit), self.lo, len(self.urls),
-                                            self.cells)
-        i = int(np.searchsorted(seg.rel, j))
-        if i >= len(seg.rel) or seg.rel[i] != j:
+        except InvalidReferences as e:
+            raise InvalidReferences(str(e).replace("packed block:", f"packed block {self.name}:")) from None
+        if row[0] == ABSENT:
             return None
-        kind = int(seg.kind[i])
-        if kind == INLINE:
-            return seg.inline[self.lo + j]
-        return resolve((kind, int(seg.path_id[i]), int(seg.offset[i]), int(seg.length[i]), None),
-                       self.urls, "")
+        if row[0] == INLINE:
+            return row[4]
+        return resolve(row, self.urls, "")
 
 
 class PackedSource:

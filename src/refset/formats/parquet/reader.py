@@ -43,7 +43,7 @@ from refset.model.keys import (
 )
 from refset.model.metadata import ArrayMetadata
 from refset.model.producer import metadata_bytes, metadata_of
-from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, sparse_grid
+from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable, KeyTable, Ref, min_uint
 from refset.options import Limits
 
 if TYPE_CHECKING:
@@ -107,28 +107,44 @@ def decode_zmetadata(raw: bytes, where: str) -> Any:
 
 
 class _Record:
-    """One decoded record file (a :class:`~refset.abc.source.Block`): columns in row order (row i is chunk
-    ``record * R + i``); ``path_id`` indexes the record's own ``urls``."""
+    """One decoded record file (a :class:`~refset.abc.source.Block`): its present rows only (a record
+    of a sparse array holds mostly nulls), in row order: ``rows`` (row i is chunk ``record * R + i``),
+    ``kind``, ``path_id`` (into the record's own ``urls``), ``offset``, ``length``, each in the smallest
+    integer type that holds it, so that a set's block cache holds many records."""
 
-    __slots__ = ("inline", "kind", "length", "nrows", "offset", "path_id", "urls")
+    __slots__ = ("inline", "kind", "length", "nbytes", "nrows", "offset", "path_id", "rows", "urls")
+    rows: np.ndarray
     decoded = True
 
     def __init__(self, kind: np.ndarray, path_id: np.ndarray, offset: np.ndarray, length: np.ndarray,
                  inline: dict[int, bytes], nrows: int, urls: list[str]) -> None:
-        self.kind, self.path_id, self.offset, self.length = kind, path_id, offset, length
+        rows = np.flatnonzero(kind)  # not ABSENT
+        self.rows = rows.astype(np.uint16 if nrows <= 1 << 16 else np.uint32)
+        self.kind = kind[rows]
+        self.path_id = _smallest(path_id[rows])
+        self.offset = _smallest(offset[rows])
+        self.length = _smallest(length[rows])
         self.inline, self.nrows, self.urls = inline, nrows, urls
+        #: the memory it holds (what the set's block cache counts)
+        self.nbytes = (sum(a.nbytes for a in (self.rows, self.kind, self.path_id, self.offset, self.length))
+                       + sum(len(v) + 50 for v in inline.values()) + sum(len(u) + 50 for u in urls) + 200)
 
     def ref(self, j: int) -> Ref | None:
         if j >= self.nrows:
             return None
-        kind = self.kind.item(j)
+        i = int(np.searchsorted(self.rows, j))
+        if i >= len(self.rows) or self.rows.item(i) != j:
+            return None
+        kind = self.kind.item(i)
         if kind == RANGE:
-            return (self.urls[self.path_id.item(j)], self.offset.item(j), self.length.item(j))
+            return (self.urls[self.path_id.item(i)], self.offset.item(i), self.length.item(i))
         if kind == WHOLE:
-            return (self.urls[self.path_id.item(j)],)
-        if kind == INLINE:
-            return self.inline[j]
-        return None
+            return (self.urls[self.path_id.item(i)],)
+        return self.inline[j]
+
+
+def _smallest(a: np.ndarray) -> np.ndarray:
+    return a.astype(min_uint(int(a.max()))) if a.size else a.astype(np.uint8)
 
 
 _EMPTY_RECORD = _Record(*(np.zeros(0, np.uint8),) * 4, {}, 0, [])
@@ -141,28 +157,43 @@ def _column(table: pa.Table, name: str) -> pa.Array | None:
     return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
 
 
-def _valid(arr: pa.Array) -> np.ndarray:
-    """Boolean numpy mask of non-null entries (a BooleanArray's to_numpy would import pandas)."""
-    import pyarrow as pa
+def _numpy(arr: pa.Array) -> np.ndarray:
+    """The values of a primitive arrow array without nulls, as numpy reads its buffer (pyarrow's own
+    ``to_numpy`` imports pandas: a third of a second on a set's first lookup)."""
+    dt = np.dtype(arr.type.to_pandas_dtype())
+    buf = arr.buffers()[1]
+    if buf is None or not len(arr):
+        return np.zeros(len(arr), dt)
+    return np.frombuffer(buf, dt, count=len(arr), offset=arr.offset * dt.itemsize)
 
-    out: np.ndarray = arr.is_valid().cast(pa.uint8()).to_numpy().view(np.bool_)
+
+def _valid(arr: pa.Array) -> np.ndarray:
+    """Boolean numpy mask of non-null entries, from the array's validity bitmap."""
+    bitmap = arr.buffers()[0]
+    if bitmap is None or not arr.null_count:
+        return np.ones(len(arr), bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, np.uint8), count=arr.offset + len(arr), bitorder="little")
+    out: np.ndarray = bits[arr.offset:].view(bool)
     return out
 
 
-def _int_column(table: pa.Table, name: str, n: int, where: str) -> np.ndarray:
+def _int_column(table: pa.Table, name: str, n: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, valid) of an integer column (all zeros and valid when it is not there); the values
+    of null entries are 0."""
     import pyarrow as pa
 
     col = _column(table, name)
     if col is None:
-        return np.zeros(n, np.int64)
+        return np.zeros(n, np.int64), np.ones(n, bool)
     if not pa.types.is_integer(col.type):
         raise InvalidReferences(f"{where}: column {name!r} must be integers, got {col.type}")
-    if col.null_count:
-        col = col.fill_null(0)
-    a: np.ndarray = col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    a = _numpy(col).astype(np.int64, copy=False)
+    valid = _valid(col)
+    if not valid.all():
+        a = np.where(valid, a, 0)
     if a.size and a.min() < 0:
         raise InvalidReferences(f"{where}: column {name!r} has negative values")
-    return a
+    return a, valid
 
 
 def decode_record(data: bytes, where: str) -> _Record:
@@ -179,8 +210,8 @@ def decode_record(data: bytes, where: str) -> _Record:
     pid = np.zeros(n, np.int64)
     inline: dict[int, bytes] = {}
     urls: list[str] = []
-    offset = _int_column(table, "offset", n, where)
-    size = _int_column(table, "size", n, where)
+    offset, _ = _int_column(table, "offset", n, where)
+    size, _ = _int_column(table, "size", n, where)
 
     path = _column(table, "path")
     if path is not None and path.null_count < n:
@@ -197,8 +228,10 @@ def decode_record(data: bytes, where: str) -> _Record:
             urls = [u.decode() if isinstance(u, bytes) else u for u in values.to_pylist()]
         except UnicodeDecodeError as e:
             raise InvalidReferences(f"{where}: column 'path' holds a URL that is not UTF-8 ({e})") from None
-        idx = indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        idx = _numpy(indices).astype(np.int64, copy=False)
         pid = np.where(has, idx, 0)
+        if has.any() and (pid.min() < 0 or pid.max() >= len(urls)):
+            raise InvalidReferences(f"{where}: column 'path': a dictionary index outside its {len(urls)} values")
         kind[has] = RANGE
         kind[has & (size == 0)] = WHOLE
 
@@ -214,11 +247,13 @@ def decode_record(data: bytes, where: str) -> _Record:
         kind[has_raw] = INLINE  # raw wins over path, as in fsspec
         pid[has_raw] = 0
     live = kind == RANGE
-    bad = check_ends(kind, offset, size)
+    rec = _Record(kind, pid, np.where(live, offset, 0), np.where(live, size, 0), inline, n, urls)
+    bad = check_ends(rec.kind, rec.offset, rec.length)  # the present rows only
     if bad >= 0:
-        raise InvalidReferences(f"{where}: row {bad}: offset {int(offset[bad])} + size {int(size[bad])} "
+        row = int(rec.rows[bad])
+        raise InvalidReferences(f"{where}: row {row}: offset {int(offset[row])} + size {int(size[row])} "
                                 "must be below 2**63")
-    return _Record(kind, pid, np.where(live, offset, 0), np.where(live, size, 0), inline, n, urls)
+    return rec
 
 
 class ParquetSource:
@@ -356,36 +391,21 @@ class ParquetSource:
         inline: dict[int, bytes] = {}
         remaps = [np.array([self._url_ids.setdefault(u, len(self._url_ids)) for u in rec.urls] or [0],
                            np.int64) for _, rec in recs]
-        present = sum(int(np.count_nonzero(rec.kind[: max(0, min(rec.nrows, n - r * size))]))
-                      for r, rec in recs)
+        # each record's present rows within the grid (a padded last record's rows past it are not)
+        kept = [np.asarray(rec.rows) < max(0, min(rec.nrows, n - r * size)) for r, rec in recs]
+        present = sum(int(k.sum()) for k in kept)
         stored = sum(rec.nrows for _, rec in recs)
         padding = sum(max(0, rec.nrows - max(0, min(size, n - r * size))) for r, rec in recs)
         self._stats[path] = (len(recs), stored, present, padding)
-        if not sparse_grid(n, present):
-            kind = np.zeros(n, np.uint8)
-            pid = np.zeros(n, np.int64)
-            off = np.zeros(n, np.int64)
-            ln = np.zeros(n, np.int64)
-            for (r, rec), remap in zip(recs, remaps, strict=True):
-                lo = r * size
-                m = min(rec.nrows, n - lo, size)
-                if m <= 0:
-                    continue
-                kind[lo:lo + m] = rec.kind[:m]
-                pid[lo:lo + m] = remap[rec.path_id[:m]]
-                off[lo:lo + m] = rec.offset[:m]
-                ln[lo:lo + m] = rec.length[:m]
-                inline.update({lo + i: b for i, b in rec.inline.items() if i < m})
-            return ChunkTable(g, kind, pid, off, ln, inline)
         parts = []
-        for (r, rec), remap in zip(recs, remaps, strict=True):
+        for (r, rec), remap, k in zip(recs, remaps, kept, strict=True):
             lo = r * size
-            rows = np.flatnonzero(rec.kind[: max(0, min(rec.nrows, n - lo, size))] != 0)
-            parts.append((rows + lo, rec.kind[rows], remap[rec.path_id[rows]], rec.offset[rows],
-                          rec.length[rows]))
+            parts.append((rec.rows[k].astype(np.int64) + lo, rec.kind[k], remap[rec.path_id[k]], rec.offset[k],
+                          rec.length[k]))
             inline.update({lo + i: b for i, b in rec.inline.items() if lo + i < n})
         cols = [np.concatenate([p[j] for p in parts]) if parts else np.zeros(0, np.int64) for j in range(5)]
-        return ChunkTable.from_entries(g, cols[0], cols[1], cols[2], cols[3], cols[4], inline=inline)
+        return ChunkTable.from_entries(g, cols[0], cols[1].astype(np.uint8), cols[2], cols[3].astype(np.uint64),
+                                       cols[4].astype(np.uint64), inline=inline)
 
 
 def _set_aside(store: ByteStore) -> tuple[ByteStore, bytes] | None:
