@@ -396,3 +396,57 @@ def test_newer_version_is_unsupported(tmp_path):
     dest.write_bytes(bytes(data))
     with pytest.raises(Unsupported, match="version 2"):
         refset.load(str(dest))
+
+
+def test_single_lookups_agree_with_the_decoded_segment_everywhere() -> None:
+    """A seeded fuzz of segments (every flag: all present, a bitmap, positions; all ranges or mixed with
+    whole files and inline chunks; gaps none, some or everywhere, also negative; offsets near 2**63):
+    each cell's single lookup (SegmentPlanes) equals the segment decoded whole (decode_segment)."""
+    import zstandard
+
+    from refset.formats.packed.array import SegmentPlanes, decode_segment, encode_segment
+    from refset.formats.packed.codec import BlockReader, BlockWriter
+    from refset.model.table import INLINE, RANGE, WHOLE
+
+    rng = np.random.default_rng(41)
+    cctx = zstandard.ZstdCompressor(level=3)
+    for case in range(300):
+        ncells = int(rng.choice([1, 7, 64, 1000, 5000]))
+        density = rng.choice([1.0, 0.5, 0.02])
+        rel = np.flatnonzero(rng.random(ncells) < density) if density < 1 else np.arange(ncells)
+        n = len(rel)
+        kind = np.full(n, RANGE, np.uint8)
+        if case % 3 == 0 and n:
+            kind[rng.random(n) < 0.2] = WHOLE
+            kind[rng.random(n) < 0.2] = INLINE
+        files = int(rng.integers(1, 6))
+        pid = np.sort(rng.integers(0, files, n))
+        ln = rng.integers(0, 50_000 if case % 5 else 2**40, n).astype(np.uint64)
+        off = np.zeros(n, np.uint64)
+        base = int(rng.integers(0, 2**62 if case % 7 == 0 else 10**9))
+        pos = base
+        for i in range(n):
+            if i and pid[i] != pid[i - 1]:
+                pos = int(rng.integers(0, 10**12))
+            pos += int(rng.integers(-64, 64)) if rng.random() < 0.1 and pos > 64 else 0
+            off[i] = pos
+            pos += int(ln[i])
+        inline = {int(r): rng.bytes(int(rng.integers(0, 20))) for r, k in zip(rel, kind, strict=True) if k == INLINE}
+        lo = int(rng.integers(0, 10**6))
+        w = BlockWriter(cctx)
+        encode_segment(w, ncells, rel, kind, pid, off, ln, {lo + r: v for r, v in inline.items()}, lo)
+        raw = w.getvalue()
+        seg = decode_segment(BlockReader(raw, "t"), lo, files, ncells)
+        planes = SegmentPlanes(BlockReader(raw, "t"), lo, files, ncells)
+        at = {int(r): i for i, r in enumerate(seg.rel.tolist())}
+        for j in range(ncells):
+            got = planes.row(j)
+            i = at.get(j)
+            if i is None:
+                assert got[0] == 0, (case, j)
+            elif seg.kind[i] == INLINE:
+                assert got[0] == INLINE and got[4] == seg.inline[lo + j], (case, j)
+            elif seg.kind[i] == WHOLE:
+                assert got[:2] == (WHOLE, int(seg.path_id[i])), (case, j)
+            else:
+                assert got[:4] == (RANGE, int(seg.path_id[i]), int(seg.offset[i]), int(seg.length[i])), (case, j)

@@ -315,7 +315,7 @@ class SegmentPlanes:
             assert self.gap_pos is not None and self.gap_val is not None
             a, b = np.searchsorted(self.gap_pos, [s + 1, q + 1])
             gap = np.sum(self.gap_val[a:b], dtype=_U64)
-        off = int(self.starts[k] + np.sum(ln[:-1], dtype=_U64) + gap)
+        off = (int(self.starts[k]) + int(np.sum(ln[:-1], dtype=_U64)) + int(gap)) % (1 << 64)  # modulo 2**64
         length = int(ln[-1])
         if off >= MAX_END or length >= MAX_END or off + length >= MAX_END:
             raise InvalidReferences(f"packed block: cell {self.lo + j}: offset {off} + length {length} must be "
