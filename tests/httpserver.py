@@ -274,15 +274,15 @@ class RangeServer:
     """Serve ``root`` over HTTP on an ephemeral port of 127.0.0.1, in a background thread."""
 
     def __init__(self, root: str | os.PathLike[str], *, delay: float = 0.0, fault: str | None = None,
-                 rate: float | None = None) -> None:
-        self._srv = _Server(os.fspath(root), delay, rate=rate)
+                 rate: float | None = None, port: int = 0) -> None:
+        self._srv = _Server(os.fspath(root), delay, port=port, rate=rate)
         self.fault = fault
         self._thread = threading.Thread(target=self._srv.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self._srv.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host}" if port == 80 else f"http://{host}:{port}"
 
     @property
     def requests(self) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 from refset.errors import Unsupported
 
-__all__ = ["ensure_codecs", "codec_ids"]
+__all__ = ["ensure_codecs", "codec_ids", "register_for"]
 
 _registered = False
 
@@ -46,3 +46,13 @@ def ensure_codecs(metadata: Iterable[Any]) -> None:
                           "(or 'refset[tiff]')") from None
     register_codecs(verbose=False)
     _registered = True
+
+
+def register_for(codec_id: str) -> None:
+    """Register the package that decodes numcodecs codec ``codec_id`` with numcodecs, when it is one
+    registered on demand (imagecodecs')."""
+    if codec_id.startswith("imagecodecs_"):
+        from refset.model.metadata import ArrayMetadata
+
+        ensure_codecs([ArrayMetadata.build(shape=[1], chunks=[1], dtype="u1",
+                                           filters=[{"id": codec_id}])])

@@ -424,3 +424,36 @@ def test_icechunk_checks_an_s3_file_by_its_etag(tmp_path: Path, s3: dict[str, ob
     fs.put(files[0], url)  # re-uploaded: another ETag
     with pytest.raises(Exception, match="checksum of the object owning the virtual chunk has changed"):
         _open(dest, storage_options=s3, remote_options=s3).tas.load()
+
+
+def test_http_sources_read_back_through_icechunk(tmp_path: Path) -> None:
+    """An Icechunk repository of a set whose files are served over plain HTTP reads back (its
+    container allows http://), each chunk checked by its ETag; an HTTP URL with a port, which Icechunk
+    1.x would read without the port, is refused before anything is written, saying so."""
+    from refset.formats.icechunk.repo import keeps_ports
+    from tests.httpserver import RangeServer
+
+    files = _days(tmp_path, 2)
+    with RangeServer(tmp_path) as srv:
+        urls = [f"{srv.url}/{os.path.basename(f)}" for f in files]
+        rs = refset.combine(urls, concat_dims="time")
+        if not keeps_ports():
+            with pytest.raises(Unsupported, match=r":\d+/day000\.nc: this Icechunk reads virtual chunks over HTTP "
+                                                  "without the URL's port"):
+                refset.save(rs, f"icechunk://{tmp_path}/ported")
+            assert not (tmp_path / "ported").exists()
+    try:
+        srv = RangeServer(tmp_path, port=80)  # the scheme's own port: no port in the URLs
+    except OSError as e:
+        pytest.skip(f"port 80 is not free here ({e}): a URL without a port cannot be served")
+    with srv:
+        urls = [f"{srv.url}/{os.path.basename(f)}" for f in files]
+        rs = refset.combine(urls, concat_dims="time")
+        assert rs.fingerprints.get(urls[0])[2]  # an ETag: each virtual chunk is checked by it
+        dest = f"icechunk://{tmp_path}/repo"
+        refset.save(rs, dest)
+        with xr.open_mfdataset(files, combine="nested", concat_dim="time") as want:
+            _equal(_open(dest), want.load())
+        _rewritten(files[1])
+        with pytest.raises(Exception, match="checksum of the object owning the virtual chunk has changed"):
+            _open(dest).tas.load()

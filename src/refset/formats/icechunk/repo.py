@@ -16,6 +16,7 @@ containers the repository holds.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -106,6 +107,43 @@ def location(url: str) -> str:
     return "file://" + url
 
 
+@functools.cache
+def keeps_ports() -> bool:
+    """Whether this Icechunk reads a virtual chunk from an HTTP URL with a port at that port. Icechunk
+    1.x takes ``http://host:8080/f.nc`` for ``http://host/f.nc`` (it matches and fetches without the
+    port): asked of an in-memory repository, not of a version string."""
+    ic = import_icechunk()
+    import zarr
+
+    prefix = "http://127.0.0.1:9/"
+    try:
+        config = ic.RepositoryConfig.default()
+        config.set_virtual_chunk_container(ic.VirtualChunkContainer(prefix, ic.http_store({"allow_http": "true"})))
+        repo = ic.Repository.create(ic.in_memory_storage(), config=config)
+        store = repo.writable_session("main").store
+        zarr.create_array(store, name="a", shape=(1,), chunks=(1,), dtype="u1", fill_value=0)
+        failed = store.set_virtual_refs("a", [ic.VirtualChunkSpec(index=[0], location=prefix + "f", offset=0,
+                                                                  length=1)], validate_containers=True)
+    except BaseException as e:  # an Icechunk that cannot even be asked: take it as not keeping them
+        if not _icechunk_failure(e) and not isinstance(e, Exception):
+            raise
+        return False
+    return not failed
+
+
+def check_locations(locations: Iterable[str]) -> None:
+    """Refuse, before anything is written, a URL this Icechunk would read wrong: an HTTP URL with a
+    port where it drops ports."""
+    from urllib.parse import urlsplit
+
+    for loc in locations:
+        if loc.startswith(("http://", "https://")) and urlsplit(loc).port is not None and not keeps_ports():
+            raise Unsupported(f"{loc}: this Icechunk reads virtual chunks over HTTP without the URL's port "
+                              f"(it would ask {urlsplit(loc)._replace(netloc=urlsplit(loc).hostname or '').geturl()}), "
+                              "so the repository could not read it: serve the files on the scheme's own port, "
+                              "or rename the URLs (refset convert --rename), or write another form")
+
+
 def container_prefixes(locations: Iterable[str]) -> list[str]:
     """One prefix per place: the common directory of the local files, each bucket, each host."""
     local: list[str] = []
@@ -132,7 +170,9 @@ def _container_store(prefix: str, remote_options: Mapping[str, Any]) -> Any:
         return ic.s3_store(region=s["region"], endpoint_url=s["endpoint_url"], allow_http=s["allow_http"],
                            anonymous=s["anonymous"], s3_compatible=bool(s["endpoint_url"]),
                            force_path_style=bool(s["endpoint_url"]))
-    if scheme in ("http", "https"):
+    if scheme == "http":
+        return ic.http_store({"allow_http": "true"})  # else every chunk fails: "builder error"
+    if scheme == "https":
         return ic.http_store()
     raise Unsupported(f"the set's URLs under {prefix}: Icechunk reads virtual chunks from file://, s3:// and "
                       "http(s):// only")

@@ -20,6 +20,7 @@ import numpy as np
 
 from refset.errors import ReferenceNotReachable, Unsupported
 from refset.formats.icechunk.repo import (
+    check_locations,
     container_prefixes,
     exists,
     import_icechunk,
@@ -89,6 +90,7 @@ def plan_of(rs: ReferenceSet) -> Plan:
             groups.setdefault("/".join(parts[:i]), {"zarr_format": 3, "node_type": "group", "attributes": {}})
     used = _used_urls(rs3)
     locations = [location(u) if i in used else "" for i, u in enumerate(rs3.urls)]
+    check_locations(loc for loc in locations if loc)
     return Plan(rs3, arrays, groups, locations, container_prefixes(loc for loc in locations if loc))
 
 
