@@ -24,8 +24,9 @@ xr = pytest.importorskip("xarray")
 
 def _day(path: Path, t0: int, *, steps: int = 2, units: str = "days since 2000-01-01",
          calendar: str = "standard", member: str = "a", extra: bool = True, lat=(1.0, 2.0, 3.0),
-         vchunk: int = 1) -> Path:
-    """A daily file: time (unlimited), lat, lon; v(time, lat, lon) compressed; w only if ``extra``."""
+         vchunk: int = 1, shift: int = 0) -> Path:
+    """A daily file: time (unlimited), lat, lon; v(time, lat, lon) compressed; w only if ``extra``;
+    ``shift`` added to their values (an ensemble's members differ)."""
     scale = {"days": 1, "hours": 24}[units.split()[0]]
     with nc4.Dataset(path, "w") as ds:
         ds.createDimension("time", None)
@@ -40,9 +41,9 @@ def _day(path: Path, t0: int, *, steps: int = 2, units: str = "days since 2000-0
         v = ds.createVariable("v", "f4", ("time", "lat", "lon"), chunksizes=(vchunk, 3, 4), zlib=True,
                               fill_value=np.float32(-999))
         v.units = "K"
-        v[:] = np.arange(steps * 12, dtype="f4").reshape(steps, 3, 4) + 100 * t0
+        v[:] = np.arange(steps * 12, dtype="f4").reshape(steps, 3, 4) + 100 * t0 + shift
         if extra:
-            ds.createVariable("w", "i2", ("time", "lat"))[:] = np.full((steps, 3), t0, "i2")
+            ds.createVariable("w", "i2", ("time", "lat"))[:] = np.full((steps, 3), t0 + shift, "i2")
         ds.createVariable("crs", "i4", ())[...] = 4326
     return path
 
@@ -130,7 +131,8 @@ def test_new_dim_from_regex_and_two_concat_dims(tmp_path: Path) -> None:
                  coo_map={"member": re.compile(r"ens_(r\d)_")})
     got = refset.open_dataset(rs).load()
     assert got.v.dims == ("member", "time", "lat", "lon")
-    assert got.lat.dims == ("lat",) and got.crs.dims == ("member",)
+    # crs, the same scalar in every input, is kept as it is (xarray's data_vars="different")
+    assert got.lat.dims == ("lat",) and got.crs.dims == () and int(got.crs) == 4326
     assert list(got.member.values) == ["r1", "r2"]
     by_member = [_mf([f for f in files if f"_{m}_" in f.name], concat_dim="time") for m in ("r1", "r2")]
     want = xr.concat(by_member, dim=xr.Variable("member", ["r1", "r2"]), data_vars="all", coords="minimal",
@@ -142,7 +144,7 @@ def test_new_dim_from_regex_and_two_concat_dims(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sel", ["attr:member", "INDEX", ["a", "b", "c"], "vattr:v:units_of"])
 def test_one_value_selectors_for_a_new_dim(tmp_path: Path, sel) -> None:
-    files = [_day(tmp_path / f"m{i}.nc", 0, member="abc"[i]) for i in range(3)]
+    files = [_day(tmp_path / f"m{i}.nc", 0, member="abc"[i], shift=i) for i in range(3)]
     for i, f in enumerate(files):
         with nc4.Dataset(f, "a") as ds:
             ds["v"].units_of = 10 * i
@@ -156,7 +158,7 @@ def test_one_value_selectors_for_a_new_dim(tmp_path: Path, sel) -> None:
 
 
 def test_callable_selector_and_coo_dtypes(tmp_path: Path) -> None:
-    files = [_day(tmp_path / f"run{i}.nc", 0) for i in (3, 1, 2)]
+    files = [_day(tmp_path / f"run{i}.nc", 0, shift=i) for i in (3, 1, 2)]
     rs = combine(files, concat_dims="run", identical_dims=["lat", "lon", "time"],
                  coo_map={"run": lambda i, s, name: name.rsplit("run", 1)[1][0]}, coo_dtypes={"run": "i2"})
     got = refset.open_dataset(rs).load()
@@ -168,7 +170,7 @@ def test_callable_selector_and_coo_dtypes(tmp_path: Path) -> None:
 def test_callable_selector_gets_each_reference_file_as_given(tmp_path: Path, monkeypatch) -> None:
     """A callable selector is handed each input's set: reference files named by a file:// URL or a
     ~ path open as load opens them (the batch reader reopens one alone)."""
-    files = [_day(tmp_path / f"d{i}.nc", 0, member=m) for i, m in enumerate("ab")]  # an ensemble
+    files = [_day(tmp_path / f"d{i}.nc", 0, member=m, shift=i) for i, m in enumerate("ab")]  # an ensemble
     for i, f in enumerate(files):
         refset.save(refset.scan(f), str(tmp_path / f"d{i}.json"))
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -324,7 +326,7 @@ def test_dask_tree_reduction_equals_the_in_process_combine(tmp_path: Path) -> No
     files = [_day(tmp_path / f"d{i}.nc", 2 * i, units="hours since 2000-01-01" if i % 2 else
                   "days since 2000-01-01") for i in range(7)]
     shuffled = [str(files[i]) for i in (3, 0, 6, 1, 5, 2, 4)]
-    members = [_day(tmp_path / f"{m}_{i}.nc", 2 * i, member=m) for m in "ab" for i in range(3)]
+    members = [_day(tmp_path / f"{m}_{i}.nc", 2 * i, member=m, shift=ord(m)) for m in "ab" for i in range(3)]
     pattern = re.compile(r"/(\w)_\d+\.nc$")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
@@ -381,7 +383,7 @@ def test_cli_scan_concat_dim_on_a_process_cluster_then_append(tmp_path: Path) ->
 
 
 def test_cli_combine_sets_with_coo_map_and_rename(tmp_path: Path) -> None:
-    files = [_day(tmp_path / f"ens_r{m}.nc", 0) for m in (2, 1)]
+    files = [_day(tmp_path / f"ens_r{m}.nc", 0, shift=m) for m in (2, 1)]
     sets = []
     for f in files:
         sets.append(str(f.with_suffix(".json")))

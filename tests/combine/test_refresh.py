@@ -26,7 +26,7 @@ NY = 300
 FORMS = {"json": "s.json", "v1": "s.v1.json", "parquet": "s.parq", "packed": "s.packed"}
 
 
-def day(path: Path, d: int, *, scale: float = 0.5, w: float | None = None, chunks: int = NY) -> Path:
+def day(path: Path, d: int, *, scale: float = 0.5, w: float | None = None, chunks: int = NY, shift: int = 0) -> Path:
     """A daily file: ``v`` int16 packed with ``scale``, ``w`` float32, one chunk a day (``chunks``
     along y); its modification time a second later than the last file's write."""
     before = path.stat().st_mtime_ns if path.exists() else None
@@ -38,7 +38,7 @@ def day(path: Path, d: int, *, scale: float = 0.5, w: float | None = None, chunk
         t[:] = [d]
         v = ds.createVariable("v", "i2", ("time", "y"), chunksizes=(1, chunks), zlib=True)
         v.scale_factor = np.float32(scale)
-        v[:] = (np.arange(NY) % 100 + d).reshape(1, NY) * scale
+        v[:] = (np.arange(NY) % 100 + d + shift).reshape(1, NY) * scale
         x = ds.createVariable("w", "f4", ("time", "y"), chunksizes=(1, chunks))
         x[:] = np.full((1, NY), d + 0.25 if w is None else w, "f4")
     if before is not None:  # a rewrite: its time moves on (as a reprocessing's does)
@@ -171,10 +171,11 @@ def test_what_refresh_refuses(archive: list[Path], tmp_path: Path) -> None:
     with pytest.raises(Unsupported, match="records no fingerprints"):
         refset.refresh(refs)
     files = [tmp_path / f"m{k}.nc" for k in range(3)]
-    for f in files:
-        day(f, 0)
-    rs = refset.combine(files, concat_dims="member", coo_map={"member": [0, 1, 2]})
-    day(files[1], 0, scale=0.25)  # along a new dim: no parts there
+    for k, f in enumerate(files):
+        day(f, 0, shift=k)
+    rs = refset.combine(files, concat_dims="member", coo_map={"member": [0, 1, 2]},
+                        scan_options={"inline_threshold": 0})  # the files' cells tell their places
+    day(files[1], 0, scale=0.25, shift=1)  # along a new dim: no parts there
     with pytest.raises(Unsupported, match=r"m1\.nc: variable 'v': scale_factor 0\.25 .*along an existing dim only"):
         refset.refresh(rs)
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from refset.combine.coords import coordinates, is_cf_time, reencode
 from refset.combine.placement import Combiner
+from refset.combine.values import digests
 from refset.model.refset import ReferenceSet
 from refset.model.stack import SetStack
 from refset.scan import Scan
@@ -86,8 +87,20 @@ def _open_group(xs: Sequence[Any], start: int, maps: Sequence[Mapping[str, Any]]
         sets.append((rs, name))
         one = SetStack.from_sets([rs], [name])
         one.verify = verify
-        coords.append([(c.per_input[0], c.attrs) for c in coordinates(one, dims, maps[k], coo_dtypes, ro)])
+        coords.append(([(c.per_input[0], c.attrs) for c in coordinates(one, dims, maps[k], coo_dtypes, ro)],
+                       _digests(one, dims, ro)))
     return sets, coords, [unused[i] for i in kept], run.costs(), list(skipped or ())
+
+
+def _digests(one: SetStack, dims: Sequence[str], ro: Mapping[str, Any]) -> dict[str, str]:
+    """What the input holds in each of its variables that has none of ``dims`` (see
+    :func:`~refset.combine.values.digests`): the client keeps those that every input holds alike."""
+    out = {}
+    for path, m in one.metadata[0].items():
+        if path in dims or set(dims) & set(m.dimension_names or ()):
+            continue
+        out[path] = digests(one, path, [0], ro)[0]
+    return out
 
 
 def _coords_part(group: _Group) -> bytes:
@@ -107,13 +120,15 @@ def _combine_batch(parts: Sequence[bytes], *args: Any) -> bytes:
 
 def _combined(parts: Sequence[tuple[ReferenceSet, str]], dims: Sequence[str], identical: Sequence[str],
               coo_map: Mapping[str, Any], coo_dtypes: Mapping[str, Any], target: Mapping[str, Mapping[str, Any]],
-              check: bool, so: Mapping[str, Any], name: str, verify: bool = True) -> bytes:
+              check: bool, so: Mapping[str, Any], name: str, verify: bool = True,
+              kept: set[str] | None = None) -> bytes:
     """The combined set of ``parts`` and ``name``, pickled: one message frame, where distributed
-    would send each column of each table as a frame of its own."""
+    would send each column of each table as a frame of its own. ``kept``: the variables without the
+    new dims that every input of the whole combine holds alike."""
     inputs = SetStack.from_sets([p[0] for p in parts], [p[1] for p in parts])
     inputs.verify = verify
     coords = coordinates(inputs, dims, coo_map, coo_dtypes, so, target=target)
-    return _frame((Combiner(inputs, coords, set(identical), check, so).build(), name))
+    return _frame((Combiner(inputs, coords, set(identical), check, so, kept=kept).build(), name))
 
 
 def _frame(obj: Any) -> bytes:
@@ -170,7 +185,10 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
     from refset.combine.inputs import warn_unused
 
     parts = [got[k] for k in range(len(pending))]
-    info = [c for part, _, _, _ in parts for c in part]
+    info = [c for part, _, _, _ in parts for c, _ in part]
+    held = [d for part, _, _, _ in parts for _, d in part]
+    kept = {p for p in set().union(*held) if len({h.get(p) for h in held}) == 1 and all(p in h for h in held)} \
+        if held else set()
     warn_unused([u for _, us, _, _ in parts for u in us])
     # each opened input's group and place in it (inputs that failed, with skipped, are not in them)
     where = [(g, j) for g, part in enumerate(parts) for j in range(len(part[0]))]
@@ -202,7 +220,7 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
         picks = [(used.index(where[i][0]), where[i][1]) for i in run]
         level.append((run[0], tuple(k[run[0]] for k in keys[:lead]), client.submit(
             _combine_picked, [groups[g] for g in used], picks, dims, identical, sel, coo_dtypes, target,
-            check, ro, f"inputs {run[0]}..{run[-1]}", verify, pure=False)))
+            check, ro, f"inputs {run[0]}..{run[-1]}", verify, kept, pure=False)))
     del groups, pending  # each group of input sets is released once its batches are combined
     for axis in range(lead, -1, -1):  # the last dim first, then the one before it...
         while len({e[1][:axis] for e in level}) < len(level):
@@ -211,7 +229,7 @@ def combine_on_cluster(client: Any, items: Sequence[Any], *, dims: Sequence[str]
                 parts = sorted((level[j] for j in run), key=lambda e: e[0])
                 nxt.append((parts[0][0], level[run[0]][1], client.submit(
                     _combine_batch, [e[2] for e in parts], dims, identical, {}, coo_dtypes, target,
-                    check, ro, f"part of inputs {parts[0][0]}...", verify, pure=False)))
+                    check, ro, f"part of inputs {parts[0][0]}...", verify, kept, pure=False)))
             level = nxt
     rs: ReferenceSet = pickle.loads(client.gather(level[0][2]))[0]
     return rs

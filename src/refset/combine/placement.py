@@ -10,7 +10,7 @@ import numpy as np
 
 from refset.combine.coords import Coordinate
 from refset.combine.parts import input_parts, place_parts
-from refset.combine.values import attributes_of, read_arrays
+from refset.combine.values import attributes_of, digests, read_arrays
 from refset.errors import InvalidReferences, Unsupported
 from refset.model.array import Array
 from refset.model.decoding import (
@@ -42,11 +42,14 @@ _HOLES_CHECKED = 1 << 24
 
 class Combiner:
     def __init__(self, inputs: SetStack, coords: list[Coordinate], identical: set[str], check: bool,
-                 so: Mapping[str, Any]) -> None:
+                 so: Mapping[str, Any], kept: set[str] | None = None) -> None:
         # so: fsspec options for the data files the references point into (identical dims' values)
         self.inputs, self.names, self.coords = inputs, inputs.names, coords
         self.fingerprints = inputs.all_fingerprints()  # first: inputs made from two versions of a file
         self.identical, self.check, self.so = identical, check, so
+        #: variables without the new dims that every input holds alike, decided for all the inputs of a
+        #: combine done in parts (None: decided here, from these inputs)
+        self.kept = kept
         self.dim_names = {c.dim for c in coords}
         self.new = [c for c in coords if c.new]
         self.meta: dict[str, Any] = {}  # group-level keys (and array documents kept as references)
@@ -101,6 +104,8 @@ class Combiner:
         axes = {d: dims.index(d) for d in self.dim_names if d in dims}
         leaf = path.rsplit("/", 1)[-1]
         gains = [c for c in self.new if leaf not in self.identical and dims != [leaf]]  # not a dim coordinate
+        if gains and not axes and self.alike_everywhere(path, have):
+            gains = []  # the same in every input (a scalar coordinate, a mask): kept as it is, as xarray does
         if not axes and not gains:
             return self.copy(path, i0, have, meta)
         if len(axes) == 1 and len(self.coords) == 1 and not gains:
@@ -173,6 +178,17 @@ class Combiner:
         flat_at, kind, path_id, offset, length = cols
         self.arrays[path] = Array(out, ChunkTable.from_entries(grid, flat_at, kind, path_id, offset, length,
                                                                inline=inl.moved(cols[0][inl.flat])))
+
+    def alike_everywhere(self, path: str, have: list[int]) -> bool:
+        """Whether every input holds ``path`` alike (:func:`~refset.combine.values.digests`; a combine in
+        parts on a cluster decides it once for all its inputs: ``kept``). Such a variable does not gain
+        a new dim (xarray's ``data_vars="different"``: what differs is concatenated, what is equal
+        kept)."""
+        if self.kept is not None:
+            return path in self.kept
+        if len(have) != self.inputs.n:
+            return False
+        return len(set(digests(self.inputs, path, have, self.so))) == 1
 
     def holes(self, have: list[int], dims: list[str]) -> bool:
         """Whether the places along concat dims ``dims`` (one cell per combination of their values)

@@ -21,7 +21,11 @@ from refset.model.table import INLINE, RANGE, WHOLE
 if TYPE_CHECKING:
     from refset.model.stack import SetStack
 
-__all__ = ["read_arrays", "attributes_of"]
+__all__ = ["read_arrays", "attributes_of", "digests", "COMPARED"]
+
+#: Bytes of a variable an input holds up to which :func:`digests` reads its values (beyond: its
+#: references stand for them).
+COMPARED = 1 << 20
 
 
 def attributes_of(stack: SetStack, i: int, path: str, storage_options: Mapping[str, Any] | None = None,
@@ -162,4 +166,44 @@ def _assemble(meta: ArrayMetadata, chunks: list[tuple[int, bytes]], path: str) -
         else:
             raise InvalidReferences(f"{path}/{grid.chunk_key([int(i) for i in idx])}: decodes to {arr.size} values, "
                                     f"expected {per_chunk}")
+    return out
+
+
+def digests(stack: SetStack, path: str, which: Iterable[int], storage_options: Mapping[str, Any] | None = None,
+            ) -> list[str]:
+    """For each input of ``which``, what its ``path`` holds, as a digest equal for inputs that hold
+    it alike: for a variable of at most :data:`COMPARED` bytes its decoded values (raw, with the
+    attributes that decode them), else its metadata and references. Combine keeps a variable that
+    lacks a new dim as it is when every input's digest is the same (xarray's ``"different"``)."""
+    import hashlib
+
+    from refset.model.decoding import decoding_attrs
+
+    which = list(which)
+    out: list[str] = []
+    small = [i for i in which
+             if int(np.prod(stack.metadata[i][path].shape, dtype=np.int64)) * stack.metadata[i][path].dtype.itemsize
+             <= COMPARED and stack.metadata[i][path].dtype.kind not in "OV"]
+    values = dict(zip(small, read_arrays(stack, path, small, storage_options) if small else [], strict=True))
+    rows = stack.rows(path)
+    for i in which:
+        h = hashlib.sha1()
+        m = stack.metadata[i][path]
+        if i in values:
+            v = np.ascontiguousarray(values[i])
+            attrs = decoding_attrs(attributes_of(stack, i, path, storage_options))
+            h.update(json.dumps([str(v.dtype), list(v.shape), sorted((k, repr(x)) for k, x in attrs.items())]).encode())
+            h.update(v.tobytes())
+        else:
+            for text in sorted(m.documents().items()):
+                h.update(text[0].encode() + text[1])
+            sl = rows.of(i)
+            urls = stack.urls
+            for f, k, pid, off, n in zip(rows.flat[sl].tolist(), rows.kind[sl].tolist(), rows.path_id[sl].tolist(),
+                                         rows.offset[sl].tolist(), rows.length[sl].tolist(), strict=True):
+                h.update(repr((f, k, urls[pid] if k in (RANGE, WHOLE) else "", off, n)).encode())
+            for r in range(sl.start, sl.stop):
+                if rows.kind[r] == INLINE:
+                    h.update(bytes(rows.inline[r]))
+        out.append(h.hexdigest())
     return out
