@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import refset
-from refset.errors import Unsupported
 from refset.model.parts import PartsWarning, find_parts
 
 xr = pytest.importorskip("xarray")
@@ -56,10 +55,10 @@ def _write(path: Path, day: int, names: tuple[str, ...], *, chunk_days: int = 1,
     return path
 
 
-def _mf(files: list[Path], **kw: Any) -> Any:
+def _mf(files: list[Path], concat_dim: str = "time", **kw: Any) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return xr.open_mfdataset([str(f) for f in files], combine="nested", concat_dim="time", **kw).load()
+        return xr.open_mfdataset([str(f) for f in files], combine="nested", concat_dim=concat_dim, **kw).load()
 
 
 def _open(rs: Any, **kw: Any) -> Any:
@@ -157,16 +156,24 @@ def test_chunks_spanning_days_and_zarr_v3(tmp_path: Path) -> None:
 
 def test_along_a_new_dim(tmp_path: Path) -> None:
     """Combining along a dim the files do not have: a float variable missing from a file reads NaN
-    there; an integer one is refused, naming the variable and the inputs (parts along a new dim are
-    not built yet), never read as zeros."""
+    there; an integer one without a fill value becomes parts along the new dim with a part of
+    missing values, read as xr.open_mfdataset reads it (NaN, promoted to float), never as zeros."""
     files = [_write(tmp_path / f"m{k}.nc", 0, () if k == 1 else ("sm",)) for k in range(3)]
     rs = refset.combine(files, concat_dims="member", coo_map={"member": [0, 1, 2]})
     sm = _open(rs).sm.values
     assert sm.shape == (3, 1, NY) and np.isnan(sm[1]).all() and not np.isnan(sm[[0, 2]]).any()
-    files = [_write(tmp_path / f"n{k}.nc", 0, () if k == 1 else ("cnt",)) for k in range(3)]
-    with pytest.raises(Unsupported, match=r"variable 'cnt': missing from 1 input\(s\) \('.*n1\.nc'\).* int16 "
-                                          "without a fill value xarray masks"):
-        refset.combine(files, concat_dims="member", coo_map={"member": [0, 1, 2]})
+    files = [_write(tmp_path / f"n{k}.nc", 0, () if k == 1 else ("cnt", "packed", "imiss")) for k in range(4)]
+    rs = refset.combine(files, concat_dims="member", coo_map={"member": [0, 1, 2, 3]})
+    assert find_parts(rs)
+    want = _mf(files, concat_dim="member")
+    got = _open(rs)
+    assert got.cnt.dims == want.cnt.dims == ("member", "time", "y")
+    _same(got, want, ["cnt", "packed", "imiss"])
+    assert np.isnan(got.cnt.values[1]).all() and not np.isnan(got.cnt.values[[0, 2, 3]]).any()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PartsWarning)
+        refset.save(rs, tmp_path / "n.packed", format="packed")
+    _same(_open(str(tmp_path / "n.packed")), want, ["cnt", "packed", "imiss"])
 
 
 def test_a_variable_in_every_input_keeps_its_metadata(archive: list[Path]) -> None:

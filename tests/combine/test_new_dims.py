@@ -15,6 +15,7 @@ import pytest
 
 import refset
 from refset.errors import InvalidReferences
+from refset.model.parts import find_parts
 
 xr = pytest.importorskip("xarray")
 
@@ -96,3 +97,28 @@ def test_on_a_process_cluster_the_batches_decide_alike(tmp_path: Path) -> None:
     here = refset.combine(files, concat_dims="member", coo_map={"member": [0, 1, 2, 3, 4]})
     assert on.to_dict() == here.to_dict()
     _check(refset.open_dataset(on).load(), _mf(files))
+
+
+def test_a_series_whose_compression_changes_along_the_new_dim(tmp_path: Path) -> None:
+    """Daily GeoTIFFs whose producer switched from deflate to zstd (and its tiling) halfway: the
+    data becomes parts along the new dim, each read with its own codec, the values tifffile reads."""
+    tifffile = pytest.importorskip("tifffile")
+    rng = np.random.default_rng(3)
+    files, want = [], []
+    for day in range(6):
+        data = rng.integers(0, 4000, (48, 64), dtype="u2")
+        path = tmp_path / f"d{day}.tif"
+        tifffile.imwrite(path, data, tile=(16, 16) if day < 3 else (32, 32),
+                         compression="zlib" if day < 3 else "zstd", metadata=None)
+        files.append(path)
+        want.append(tifffile.imread(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rs = refset.combine(files, concat_dims="time", coo_map={"time": list(range(6))})
+        got = refset.open_dataset(rs, mask_and_scale=False)
+        name = next(n for n in got.data_vars if got[n].ndim == 3)
+        assert [p.dim for p in find_parts(rs).values()] == ["time"]
+        assert got[name].dims[0] == "time" and got[name].shape == (6, 48, 64)
+        np.testing.assert_array_equal(got[name].values, np.stack(want))
+        np.testing.assert_array_equal(refset.open_dataset(rs, chunks={}, mask_and_scale=False)[name][2:4].values,
+                                      np.stack(want[2:4]))

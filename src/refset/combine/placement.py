@@ -113,7 +113,23 @@ class Combiner:
                 return self.regular(path, i0, have, meta, attrs, dims, axes, gains)
             except Unsupported as e:  # inputs that differ in layout or decoding: parts
                 return self.in_parts(path, e)
+        if not axes and len(self.coords) == 1 and gains:
+            try:
+                return self.regular(path, i0, have, meta, attrs, dims, axes, gains)
+            except Unsupported as e:  # along a new dim too
+                return self.lifted_parts(path, e)
         return self.regular(path, i0, have, meta, attrs, dims, axes, gains)
+
+    def lifted_parts(self, path: str, refused: Unsupported | None) -> None:
+        """``path`` combined along the one new dim as a variable made of parts: each input's array
+        given the dim (length 1) first, then placed as along an existing dim (:meth:`in_parts`)."""
+        c = self.coords[0]
+        if any(path in m for m in self.mixed):
+            raise refused or Unsupported(f"variable {path!r}: made of parts in an input; parts are combined "
+                                         "along their own dim only")
+        if any(isinstance(self.inputs.meta[i].get(f"{path}/.zattrs"), tuple) for i in range(self.inputs.n)):
+            raise refused or Unsupported(f"variable {path!r}: its attributes are stored in a file")
+        place_parts(_Lifted(self, self.inputs.lifted(path, c.dim)), path, c.dim, [{} for _ in self.mixed], refused)
 
     def in_parts(self, path: str, refused: Unsupported | None) -> None:
         """``path`` as a variable made of parts (:mod:`.parts`); ``refused``: why it is not regular."""
@@ -225,13 +241,15 @@ class Combiner:
         if len(self.coords) == 1 and not gains:
             place_parts(self, path, self.coords[0].dim, self.mixed, None)
             return
+        if len(self.coords) == 1:
+            self.lifted_parts(path, None)
+            return
         lacking = [self.names[i] for i in range(self.inputs.n) if i not in set(have)]
         raise Unsupported(
             f"variable {path!r}: missing from {len(lacking)} input(s) ({', '.join(map(repr, lacking[:3]))}"
             f"{', ...' if len(lacking) > 3 else ''}), and as {out.dtype} without a fill value xarray masks its rows "
             f"there would read {out.fill!r} where xr.open_mfdataset gives NaN; refset fills such rows with a part "
-            "of missing values along one existing concat dim only (drop the variable, or combine along "
-            "one dim the files have)")
+            "of missing values when combining along one dim only (drop the variable, or combine along one dim)")
 
     def overlaps(self, path: str, grid: Any, dst: np.ndarray, owners: np.ndarray,
                  strict: bool) -> np.ndarray | None:
@@ -445,6 +463,29 @@ class Combiner:
         self.arrays[c.dim] = Array(meta, ChunkTable.from_entries(
             meta.grid, one, np.array([INLINE], np.uint8), one, one, one,
             inline={0: np.ascontiguousarray(values).tobytes()}))
+
+
+class _Lifted:
+    """A combiner's view for one variable placed as parts along a new dim: the inputs lifted
+    (:meth:`~refset.model.stack.SetStack.lifted`); what it places goes into the combiner's arrays and
+    keys."""
+
+    def __init__(self, comb: Combiner, inputs: SetStack) -> None:
+        self.inputs, self.names, self.arrays, self.meta = inputs, comb.names, comb.arrays, comb.meta
+        self._comb = comb
+
+    def coord(self, dim: str) -> Coordinate:
+        return self._comb.coord(dim)
+
+    def attrs(self, i: int, path: str) -> dict[str, Any]:
+        out = attributes_of(self.inputs, i, path, self._comb.so)
+        m = self.inputs.metadata[i].get(path)
+        if m is not None and m.dimension_names is not None:  # the stored .zattrs holds the dims unlifted
+            out["_ARRAY_DIMENSIONS"] = list(m.dimension_names)
+        return out
+
+    def parent(self, path: str, i0: int) -> str:
+        return self._comb.parent(path, i0)
 
 
 def _inline_of(rows: Rows, i: int) -> tuple[tuple[int, bytes], ...] | None:

@@ -99,6 +99,23 @@ class SetStack:
     def set(self, i: int) -> ReferenceSet:
         return self._set_of(i)
 
+    def lifted(self, path: str, dim: str) -> SetStack:
+        """These sets with array ``path`` given a new first dim ``dim`` of length 1 (chunk 1) in each
+        set that holds it: its cells keep their flat indices, so its rows are shared. Combining along a
+        new dim is then combining along an existing one (variables made of parts, rows no input holds)."""
+        metadata = []
+        for md in self.metadata:
+            m = md.get(path)
+            if m is not None:
+                dims = [dim, *(str(d) for d in m.dimension_names or ())]
+                md = {**md, path: m.replace(shape=[1, *m.shape], chunks=[1, *m.chunks], dimension_names=dims)}
+            metadata.append(md)
+        out = SetStack(self.names, self.urls, metadata, self.meta, self.rows, self._set_of, self.fetched,
+                       self.fingerprints)
+        out.verify = self.verify
+        out._union = self._union
+        return out
+
     def recorded(self) -> Callable[[str], tuple[int | None, int | None, str | None, str | None] | None] | None:
         """What the sets' reads of their files check a file against (None: nothing checked)."""
         if not self.verify:
