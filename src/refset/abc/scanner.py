@@ -14,17 +14,61 @@ The registry (:mod:`refset.scan.registry`) lists the built-in scanners and those
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from refset.io.scanfile import ScanFile
     from refset.model.refset import ReferenceSet
 
-__all__ = ["Scanner", "HEAD"]
+__all__ = ["Scanner", "HEAD", "INLINE_THRESHOLD", "UnusedDropWarning", "DropList", "common_options"]
 
 #: Bytes of a file's beginning given to :meth:`Scanner.sniff` (all of it when the file is shorter).
 HEAD = 1 << 10
+
+#: Chunks smaller than this many bytes are stored in the set (see docs/scan.md for the measurement).
+INLINE_THRESHOLD = 500
+
+
+class UnusedDropWarning(UserWarning):
+    """A name in ``drop_variables`` that is no variable of the scanned file (a typo, or a list meant
+    for other files). ``names``: those names; ``url``: the file."""
+
+    def __init__(self, names: list[str], url: str) -> None:
+        self.names, self.url = names, url
+        super().__init__(f"drop_variables: no variable {', '.join(map(repr, names))} in {url}")
+
+
+class DropList(set[str]):
+    """The names to drop in one file, remembering which of them the scanner asked about and found."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        super().__init__(names)
+        self.found: set[str] = set()
+
+    def __contains__(self, name: object) -> bool:
+        hit = super().__contains__(name)
+        if hit:
+            self.found.add(str(name))
+        return hit
+
+    def warn_unused(self, url: str) -> None:
+        """One :class:`UnusedDropWarning` for the names the file lacked."""
+        import warnings
+
+        if self - self.found:
+            warnings.warn(UnusedDropWarning(sorted(self - self.found), url), stacklevel=4)
+
+
+def common_options(inline_threshold: int, drop_variables: Iterable[str] | str,
+                   subchunk: int | None) -> tuple[int, tuple[str, ...], int | None]:
+    """The options every scanner takes, checked: ``(inline_threshold, drop_variables, subchunk)``."""
+    if isinstance(inline_threshold, bool) or not isinstance(inline_threshold, int) or inline_threshold < 0:
+        raise ValueError(f"inline_threshold: must be >= 0, got {inline_threshold}")
+    if subchunk is not None and (isinstance(subchunk, bool) or not isinstance(subchunk, int) or subchunk <= 0):
+        raise ValueError(f"subchunk: must be a positive number of bytes, got {subchunk}")
+    names = (drop_variables,) if isinstance(drop_variables, str) else tuple(drop_variables)
+    return inline_threshold, names, subchunk
 
 
 class Scanner(ABC):
@@ -51,7 +95,7 @@ class Scanner(ABC):
 
     def __init__(self, **options: Any) -> None:
         """Keyword options only: ``inline_threshold``, ``drop_variables`` and ``subchunk`` (every
-        scanner takes them, :func:`refset.scan.writer.common_options` checks them) and the class's
+        scanner takes them, :func:`common_options` checks them) and the class's
         :attr:`options`. Note to implementers: keep what you were given in :attr:`config`."""
         self.config = dict(options)
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from refset.abc.scanner import Scanner
+from refset.abc.scanner import INLINE_THRESHOLD, Scanner, common_options
 from refset.errors import Unsupported
-from refset.scan.writer import INLINE_THRESHOLD, common_options
 
 __all__ = ["FlatScanner"]
 
