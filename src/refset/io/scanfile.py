@@ -7,6 +7,10 @@ HDF5 metadata is spread through a file (each variable's chunk index is written n
 a reader that asks for one structure at a time pays a round trip for each. A reader that knows what
 it needs next asks for all of it at once (:meth:`ScanFile.prefetch`: every chunk index of a level,
 every small chunk to inline), in one concurrent round, nearby ranges in one request.
+
+A format's reader reads its metadata with :meth:`ScanFile.read_exact`: exactly the bytes asked for, or
+the one :class:`Broken` naming them when they do not lie in the file; the ranges it reads so are the
+file's metadata (:meth:`ScanFile.overlaps_metadata`: no valid file's data overlaps them).
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from refset.abc.bytestore import ByteStore
-from refset.errors import InvalidFile
 from refset.io.store import LocalStore
 
-__all__ = ["ScanFile", "HEAD_BYTES"]
+__all__ = ["ScanFile", "Broken", "HEAD_BYTES"]
 
 #: Bytes of a remote file read by the first GET: the superblock and the object headers netCDF-C and
 #: h5py write at the start (64 KiB holds them for the corpus of daily products; a file this small is
@@ -30,6 +35,20 @@ _BLOCK = 256 * 1024  # a read past what is in hand fetches this much from where 
 #: Ranges read in one round closer than this are fetched as one request: a request costs about as much
 #: as this many bytes (the server's and the client's work for it; requests of a round wait together)
 MERGE_GAP = 64 * 1024
+
+
+class Broken(Exception):
+    """The scanned file holds a structure no valid file has (a cycle, an address past its end, a bad
+    checksum or signature, a count its bytes cannot hold), or a library reading it for the scan
+    (h5py, ecCodes) refused it: then raised ``from`` the library's error, where the library is called.
+    ``str(self)`` says what and where. The scan's frame (:meth:`refset.abc.scanner.Scanner.__call__`)
+    turns it into :class:`~refset.errors.InvalidFile` naming the file: ``FILE: not a valid FORMAT file:
+    WHY``, or ``FILE: WHY`` where ``titled`` is False (a message that names what is broken by itself:
+    a variable, a NetCDF3 header). The one class of its kind in refset: every format raises it."""
+
+    def __init__(self, why: str, *, titled: bool = True) -> None:
+        super().__init__(why)
+        self.titled = titled
 
 
 class ScanFile:
@@ -48,7 +67,10 @@ class ScanFile:
         self.nbytes = 0
         self.rounds = 0  # and round trips (requests of a round are sent together)
         self.local = isinstance(store, LocalStore)
+        #: the local file's path (None for a remote one): what a library that opens files by name takes
+        self.path: str | None = store.root if isinstance(store, LocalStore) else None
         self.failure: Exception | None = None  # the first read that failed, as the store raised it
+        self._meta: list[tuple[int, int]] = []  # [start, end) of the metadata read or marked
         if isinstance(store, LocalStore):  # self.local, spelled so that mypy narrows the store
             self.file: Any = open(store.root, "rb")
             self.size = self.file.seek(0, io.SEEK_END)
@@ -67,6 +89,12 @@ class ScanFile:
             self.file = io.BytesIO(self.head)
         else:
             self.file = _RemoteFile(self)
+
+    @property
+    def fetches(self) -> bool:
+        """Whether a read past what is in hand costs a request (a remote file not read whole): what
+        reading ahead (:meth:`prefetch`) is for."""
+        return not self.local and len(self.head) != self.size
 
     def cached(self, offset: int, length: int) -> bytes | None:
         """The bytes at ``(offset, length)`` when a remote file's reads so far hold them (no request);
@@ -186,12 +214,53 @@ class ScanFile:
                 self.prefetch([(offset, offset + max(length, _BLOCK))])
             got = self.cached(offset, length)
             if got is None:  # a store's answer shorter than asked, not raised by it
-                raise InvalidFile(f"{self.url}: {length} bytes at byte {offset} could not be read")
+                raise Broken(f"{length} bytes at byte {offset} could not be read (the file is shorter than it "
+                             "said)")
         return got
+
+    def read_exact(self, offset: int, length: int, *, metadata: bool = True) -> bytes:
+        """Exactly ``length`` bytes at ``offset``; :class:`Broken` naming them when they do not lie in
+        the file (a structure pointing past its end, a count too large). With ``metadata`` (the
+        default) the range is the file's metadata: :meth:`overlaps_metadata` checks the data against
+        it. A peek into data (a codec's choice reading a tile's header) passes ``metadata=False``."""
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise Broken(f"{length} bytes at byte {offset} lie past the end of the file ({self.size} bytes)")
+        if metadata and length:
+            self._meta.append((offset, offset + length))
+        data = self.read_at(offset, length)
+        if len(data) != length:  # a file that changed under the scan
+            raise Broken(f"{length} bytes at byte {offset}: only {len(data)} could be read")
+        return data
+
+    def mark_metadata(self, start: int, end: int) -> None:
+        """``[start, end)`` is metadata, read or not (a TIFF tag's values the scan does not decode)."""
+        if end > start:
+            self._meta.append((start, end))
+
+    def forget_metadata(self) -> None:
+        """Drop what was recorded (a reader that gave up: another reads the file again)."""
+        self._meta.clear()
+
+    def overlaps_metadata(self, offsets: np.ndarray, lengths: np.ndarray) -> bool:
+        """Whether any byte range (``offsets``, ``lengths``; a length of 0 is none) overlaps the
+        metadata read or marked so far: data of a valid file never does (a corrupt address can point
+        chunks into a B-tree)."""
+        if not self._meta or not offsets.size:
+            return False
+        spans = np.array(sorted(self._meta), np.int64)
+        starts, ends = spans[:, 0], np.maximum.accumulate(spans[:, 1])  # the furthest end reached by each start
+        offsets, lengths = np.asarray(offsets, np.int64), np.asarray(lengths, np.int64)
+        k = np.searchsorted(starts, offsets + lengths, side="left") - 1  # the last span starting before a range ends
+        hit = (k >= 0) & (lengths > 0)
+        return bool((ends[np.maximum(k, 0)][hit] > offsets[hit]).any())
 
     def read_ranges(self, offsets: Sequence[int], lengths: Sequence[int]) -> list[bytes]:
         """The bytes at each (offset, length), fetched in one concurrent round where not in hand
-        (neighbouring ones in one request); bytes past the end raise ``InvalidFile``."""
+        (neighbouring ones in one request); bytes past the end raise :class:`Broken`."""
+        for o, n in zip(offsets, lengths, strict=True):
+            if o < 0 or n < 0 or o + n > self.size:
+                raise Broken(f"{n} bytes at byte {o} lie past the end of the file ({self.size} bytes): it is "
+                             "truncated or its structures are broken")
         if self.local:
             out = []
             for o, n in zip(offsets, lengths, strict=True):
@@ -203,8 +272,8 @@ class ScanFile:
             out = [self.cached(o, n) or b"" for o, n in zip(offsets, lengths, strict=True)]
         for o, n, d in zip(offsets, lengths, out, strict=True):
             if len(d) != n:
-                raise InvalidFile(f"{self.url}: {n} bytes at byte {o} lie past the end of the file "
-                                  f"({self.size} bytes): it is truncated or its structures are broken")
+                raise Broken(f"{n} bytes at byte {o} lie past the end of the file ({self.size} bytes): it is "
+                             "truncated or its structures are broken")
         return out
 
     def close(self) -> None:

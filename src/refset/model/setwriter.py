@@ -69,6 +69,12 @@ class SetWriter:
                                      list[bytes], np.ndarray | None]] = {}
         self._small: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
 
+    def take(self, other: SetWriter) -> None:
+        """What ``other`` collected, in place of what this writer holds: a walk done aside (a fast
+        path's that succeeded, a child process's) becomes this one's."""
+        self.metadata, self.arrays_meta, self.arrays = other.metadata, other.arrays_meta, other.arrays
+        self._small = other._small
+
     def group(self, path: str, attrs: Mapping[str, Any]) -> None:
         pre = f"{path}/" if path else ""
         if path:

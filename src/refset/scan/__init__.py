@@ -16,7 +16,7 @@ from typing import Any
 
 from refset.abc.bytestore import ByteStore
 from refset.abc.scanner import Scanner
-from refset.errors import InvalidFile, RefsetError, Unsupported, located
+from refset.errors import RefsetError, Unsupported, located
 from refset.io.local import is_local, local_path
 from refset.io.magic import ZARR_STORE_FILES, file_reader, starts_like_refs
 from refset.io.scanfile import HEAD_BYTES, ScanFile
@@ -149,15 +149,11 @@ class Scan:
             sf.file.seek(0)
             try:
                 rs = self.scanner(cls)(sf)
-            except RefsetError as e:  # named by its file (a variable's error says only the variable)
-                err = located(e, url)
-                if err is e:
+            except RefsetError as e:  # named by its file (a variable's error says only the variable); anything
+                err = located(e, url)  # else is a bug (a library's errors are the file's fault where the
+                if err is e:  # scanner calls it: InvalidFile), and propagates as it is
                     raise
                 raise err from e.__cause__
-            except Exception as e:  # a library's own (h5py's OSError, KeyError...): named and explained
-                if sf.failure is not None:  # a read failed under it: that is the error
-                    raise sf.failure from None
-                raise InvalidFile(f"{url}: cannot be scanned: {type(e).__name__}: {e}") from e
             finally:
                 self.requests += sf.requests
                 self.nbytes += sf.nbytes

@@ -23,11 +23,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.errors import InvalidFile
-from refset.io.scanfile import ScanFile
-from refset.model.refset import ReferenceSet
+from refset.abc.scanner import DropList
+from refset.io.scanfile import Broken, ScanFile
+from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
-from refset.scan.writer import DropList, SetWriter, cannot
+from refset.scan.writer import cannot
 
 __all__ = ["DmrppScanner", "MAX_BYTES"]
 
@@ -38,10 +38,6 @@ _TYPES = {"Byte": "u1", "UInt8": "u1", "Int8": "i1", "Char": "S1", "Int16": "i2"
           "UInt32": "u4", "Int64": "i8", "UInt64": "u8", "Float32": "f4", "Float64": "f8"}
 _ATTR_TYPES = {"Byte", "UInt8", "Int8", "Int16", "UInt16", "Int32", "UInt32", "Int64", "UInt64", "Float32",
                "Float64", "String", "URL"}
-
-
-class Broken(ValueError):
-    pass
 
 
 def _local(tag: str) -> str:
@@ -68,30 +64,26 @@ class DmrppScanner(FlatScanner):
         # docstring inherited
         return head.lstrip()[:5] in (b"<?xml", b"<Data") and b"xml.opendap.org/dap/dmrpp" in head
 
-    def __call__(self, file: ScanFile) -> ReferenceSet:
+    def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
         # docstring inherited
         if file.size > MAX_BYTES:
-            raise InvalidFile(f"{file.url}: a DMR++ of {file.size:,} bytes (more than {MAX_BYTES:,})")
-        text = file.read_at(0, file.size)
+            raise Broken(f"a DMR++ of {file.size:,} bytes (more than {MAX_BYTES:,})", titled=False)
+        text = file.read_exact(0, file.size, metadata=False)  # its references point into another file
         try:
             root = ET.fromstring(text)
         except ET.ParseError as e:
-            raise InvalidFile(f"{file.url}: not a valid DMR++ file: not well-formed XML ({e})") from None
-        drop = DropList(self.drop)
-        try:
-            if _local(root.tag) != "Dataset":
-                raise Broken(f"its root is <{_local(root.tag)}>, not <Dataset>")
-            href = _attr(root, "href")
-            if not href:
-                raise Broken("the <Dataset> has no dmrpp:href naming the granule")
-            granule = _resolve(href, file.url)
-            # references name the granule: the writer's URL table holds it (the sidecar is not referenced)
-            out = SetWriter(granule, 0)  # the granule is never read: nothing is inlined
-            self._group(out, root, "", _declared(root, ""), granule, drop)
-        except Broken as e:
-            raise InvalidFile(f"{file.url}: not a valid DMR++ file: {e}") from None
-        drop.warn_unused(file.url)
-        return out.build(lambda offs, lens: [b""] * len(offs))
+            raise Broken(f"not well-formed XML ({e})") from None
+        except (LookupError, ValueError) as e:  # the XML parser's other refusals: an encoding it has not
+            raise Broken(f"not XML the parser reads ({type(e).__name__}: {e})") from None
+        if _local(root.tag) != "Dataset":
+            raise Broken(f"its root is <{_local(root.tag)}>, not <Dataset>")
+        href = _attr(root, "href")
+        if not href:
+            raise Broken("the <Dataset> has no dmrpp:href naming the granule")
+        granule = _resolve(href, file.url)
+        # references name the granule: the writer's URL table holds it (the sidecar is not referenced)
+        out.url, out.inline_threshold = granule, 0  # the granule is never read: nothing is inlined
+        self._group(out, root, "", _declared(root, ""), granule, drop)
 
     def _group(self, out: SetWriter, el: ET.Element, path: str, dims: dict[str, int], granule: str,
                drop: DropList) -> None:
