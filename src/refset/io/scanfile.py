@@ -8,6 +8,13 @@ a reader that asks for one structure at a time pays a round trip for each. A rea
 it needs next asks for all of it at once (:meth:`ScanFile.prefetch`: every chunk index of a level,
 every small chunk to inline), in one concurrent round, nearby ranges in one request.
 
+Every file a scan reads is opened by its :class:`Opener` (:meth:`Opener.open`): the file scanned, and
+the files its scan reads beside it (:meth:`ScanFile.sibling`: a GRIB file's ``.idx`` inventory, the
+granule a DMR++ describes), through the byte layer with the run's storage options, local or remote, their
+requests counted with the run's. It is the one place where a scan opens a file, and a file's first
+read (``ScanFile.__init__``: a local file's open, a remote one's first GET, whose answer says its size)
+is the one place that learns what the file is.
+
 A format's reader reads its metadata with :meth:`ScanFile.read_exact`: exactly the bytes asked for, or
 the one :class:`Broken` naming them when they do not lie in the file; the ranges it reads so are the
 file's metadata (:meth:`ScanFile.overlaps_metadata`: no valid file's data overlaps them).
@@ -17,15 +24,18 @@ from __future__ import annotations
 
 import bisect
 import io
-from collections.abc import Sequence
+import os
+import posixpath
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from refset.abc.bytestore import ByteStore
-from refset.io.store import LocalStore
+from refset.io.local import is_local, local_path
+from refset.io.store import LocalStore, open_store
 
-__all__ = ["ScanFile", "Broken", "HEAD_BYTES"]
+__all__ = ["ScanFile", "Opener", "Broken", "HEAD_BYTES", "resolve"]
 
 #: Bytes of a remote file read by the first GET: the superblock and the object headers netCDF-C and
 #: h5py write at the start (64 KiB holds them for the corpus of daily products; a file this small is
@@ -51,15 +61,71 @@ class Broken(Exception):
         self.titled = titled
 
 
+def resolve(ref: str, base: str) -> str:
+    """``ref`` as given when it is absolute (a URL, an absolute path; ``file://`` dropped), else beside
+    ``base`` (a URL or a local path)."""
+    if "://" in ref or ref.startswith("/"):
+        return ref.removeprefix("file://")
+    if "://" in base:
+        scheme, rest = base.split("://", 1)
+        return f"{scheme}://{posixpath.normpath(posixpath.join(posixpath.dirname(rest), ref))}"
+    return posixpath.normpath(posixpath.join(posixpath.dirname(base), ref))
+
+
+class Opener:
+    """Opens the files of one scan through the byte layer, with the run's ``storage_options``: the file
+    scanned and the files read beside it (as VirtualiZarr hands its parsers an ObjectStoreRegistry),
+    and counts what they cost. A local file is named by its absolute path, a remote one by its URL."""
+
+    def __init__(self, storage_options: Mapping[str, Any] | None = None, head_bytes: int = HEAD_BYTES) -> None:
+        self.storage_options = dict(storage_options or {})
+        self.head_bytes = head_bytes
+        self.files: list[ScanFile] = []  # every file opened, the scanned one first
+
+    def store(self, url: str) -> ByteStore:
+        """The byte store of ``url`` (a local path made absolute)."""
+        local = is_local(url, self.storage_options)
+        return open_store(os.path.abspath(local_path(url)) if local else url, self.storage_options)
+
+    def open(self, url: str, *, head_bytes: int | None = None, store: ByteStore | None = None) -> ScanFile:
+        """The file at ``url`` (its ``store`` when already made), read from its first ``head_bytes``
+        (the opener's by default; 0: none). :class:`FileNotFoundError` when there is none."""
+        store = self.store(url) if store is None else store
+        name = store.root if isinstance(store, LocalStore) else url  # what references name
+        got = ScanFile(store, self.head_bytes if head_bytes is None else head_bytes, name=name, opener=self)
+        self.files.append(got)
+        return got
+
+    def costs(self) -> tuple[int, int, int]:
+        """(requests, bytes, round trips) of the remote files opened: the sidecars' rounds come
+        after the scanned file's, so they add up."""
+        return (sum(f.requests for f in self.files), sum(f.nbytes for f in self.files),
+                sum(f.rounds for f in self.files))
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+
+    def __enter__(self) -> Opener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class ScanFile:
     """The scanned file: ``url`` (what its references name), ``file`` (seekable, for the format readers
     and h5py), ``size``, ``prefetch`` and ``read_ranges`` (several ranges in one round). Its bytes come
     through the byte layer (``store``): a local file is opened directly; a remote one is read from its
-    first ``head_bytes`` and then by the ranges asked for, each byte fetched once."""
+    first ``head_bytes`` and then by the ranges asked for, each byte fetched once. ``opener``: the
+    :class:`Opener` that opened it, which opens its siblings (a new one with no storage options by
+    default)."""
 
-    def __init__(self, store: ByteStore, head_bytes: int = HEAD_BYTES, name: str | None = None) -> None:
+    def __init__(self, store: ByteStore, head_bytes: int = HEAD_BYTES, name: str | None = None,
+                 opener: Opener | None = None) -> None:
         self.store = store
         self.url = store.url if name is None else name  # what the references name
+        self.opener = Opener(head_bytes=head_bytes) if opener is None else opener
         self.head = b""
         self._starts: list[int] = []  # the spans read past the head, sorted by start, not overlapping
         self._spans: list[bytes] = []
@@ -89,6 +155,12 @@ class ScanFile:
             self.file = io.BytesIO(self.head)
         else:
             self.file = _RemoteFile(self)
+
+    def sibling(self, ref: str, *, head_bytes: int = 0) -> ScanFile:
+        """The file at ``ref``, relative to this one (or absolute), opened by this file's
+        :class:`Opener` (the same byte layer and options; its requests counted with the scan's), read
+        from its first ``head_bytes`` (0: none). :class:`FileNotFoundError` when there is none."""
+        return self.opener.open(resolve(ref, self.url), head_bytes=head_bytes)
 
     @property
     def fetches(self) -> bool:

@@ -17,10 +17,10 @@ from typing import Any
 from refset.abc.bytestore import ByteStore
 from refset.abc.scanner import Scanner
 from refset.errors import RefsetError, Unsupported, located
-from refset.io.local import is_local, local_path
+from refset.io.local import is_local
 from refset.io.magic import ZARR_STORE_FILES, file_reader, starts_like_refs
-from refset.io.scanfile import HEAD_BYTES, ScanFile
-from refset.io.store import LocalStore, open_store
+from refset.io.scanfile import HEAD_BYTES, Opener, ScanFile
+from refset.io.store import LocalStore
 from refset.model.refset import ReferenceSet
 from refset.scan.writer import INLINE_THRESHOLD, UnusedDropWarning
 
@@ -119,17 +119,16 @@ class Scan:
     def _scan(self, url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None, strict: bool,
               ) -> ReferenceSet | None:
         url = os.fspath(url)
-        store = open_store(os.path.abspath(local_path(url)) if is_local(url, storage_options) else url,
-                           storage_options)
+        opener = Opener(storage_options, self.head_bytes)  # opens the file and any read beside it
+        store = opener.store(url)
         if isinstance(store, LocalStore) and os.path.isdir(store.root):
             if _zarr_store(store):
                 return self._scan_store(store.root, storage_options)
             if not strict:
                 return None
             _refuse_directory(store, url)
-        # what the references name: local files by absolute path, others as given
         try:
-            sf = ScanFile(store, self.head_bytes, name=store.root if isinstance(store, LocalStore) else url)
+            sf = opener.open(url, store=store)
         except (FileNotFoundError, IsADirectoryError):
             if not strict:
                 return None  # the reference readers say what it is (a parquet set, a missing file)
@@ -138,7 +137,7 @@ class Scan:
                     return self._scan_store(url, storage_options)
                 _refuse_directory(store, url)
             raise
-        with sf:
+        with opener:
             self.files += 1
             try:
                 cls = detect_scanner(sf.file, sf.size)
@@ -155,9 +154,10 @@ class Scan:
                     raise
                 raise err from e.__cause__
             finally:
-                self.requests += sf.requests
-                self.nbytes += sf.nbytes
-                self.rounds = max(self.rounds, sf.rounds)
+                requests, nbytes, rounds = opener.costs()
+                self.requests += requests
+                self.nbytes += nbytes
+                self.rounds = max(self.rounds, rounds)
             return rs if sf.local else _keep_small_values(rs, sf)
 
     def _scan_store(self, url: str, storage_options: Mapping[str, Any] | None) -> ReferenceSet:

@@ -26,11 +26,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.abc.bytestore import ByteStore
 from refset.abc.scanner import DropList
 from refset.errors import Unsupported
 from refset.io.scanfile import Broken, ScanFile
-from refset.io.store import FsspecStore, LocalStore
 from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
 from refset.scan.grib.idx import MAX_IDX_BYTES, IdxLine, forecast_minutes, parse_idx, shape_of
@@ -260,20 +258,15 @@ def _geography(data: bytes, at: int) -> _Grid:
 
 def _sidecar(file: ScanFile) -> list[IdxLine] | None:
     """The lines of ``FILE.idx`` beside ``file``, when there is one refset uses (else None: a remote
-    file pays one request to learn there is none)."""
-    store = file.store
-    side: ByteStore
-    if isinstance(store, LocalStore):
-        side = LocalStore(store.url + ".idx")
-    elif isinstance(store, FsspecStore):
-        side = FsspecStore(store.url + ".idx", fs=store.fs)
-    else:
-        return None
+    file pays one request to learn there is none). Opened by the scan's opener (its requests counted
+    with the scan's); a sidecar that cannot be read (none: ``FileNotFoundError``; a server refusing
+    it) is no sidecar: the file is scanned without one."""
     try:
-        text = side.read("", 0, MAX_IDX_BYTES + 1)
-    except Exception:  # none (FileNotFoundError), or unreadable: the file is scanned without it
+        side = file.sibling(file.url + ".idx", head_bytes=MAX_IDX_BYTES + 1)  # a remote one in one request
+        text = side.read_at(0, MAX_IDX_BYTES + 1)
+    except OSError:
         return None
-    return None if len(text) > MAX_IDX_BYTES else parse_idx(bytes(text))
+    return None if side.size > MAX_IDX_BYTES else parse_idx(text)
 
 
 def _seconds(date: int | None, time: int | None) -> int:
