@@ -163,6 +163,11 @@ class SetWriter:
             ln = np.where(located, ln, 0)
         self.arrays[path] = (grid, kind, off, ln, inl_flat, inl_data, None)
 
+    @property
+    def small_chunks(self) -> int:
+        """How many chunks below the inline threshold :meth:`build` is to read."""
+        return sum(int(s[1].size) for s in self._small)
+
     def ranges(self) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, lengths) of every byte range the arrays reference in the file, small chunks to
         be read included."""

@@ -135,7 +135,8 @@ class FormTests:
 class ScannerTests:
     """The conformance suite of a scanner. Subclasses set ``scanner`` (the class) and implement
     :meth:`make_files` (files of the kind, each with the values its format's own reader gives) and
-    :meth:`other_file` (a file of another kind)."""
+    :meth:`other_file` (a file of another kind), and :meth:`referenced_files` where the set names other
+    files than the one scanned."""
 
     scanner: ClassVar[type[Scanner]]
 
@@ -143,6 +144,11 @@ class ScannerTests:
         """Files of this kind and, per file, ``{variable: values}`` as the format's own reader reads
         them (the oracle)."""
         raise NotImplementedError
+
+    def referenced_files(self, path: Path) -> set[str]:
+        """What the set of the file at ``path`` may reference: the file itself (its absolute path, or
+        as given). A sidecar's scanner names the file it describes."""
+        return {str(path.resolve()), str(path)}
 
     def other_file(self, tmp_path: Path) -> Path:
         """A file of another kind, which this scanner must not take."""
@@ -168,7 +174,7 @@ class ScannerTests:
         for path, want in self.make_files(tmp_path).items():
             rs = run(str(path))
             assert isinstance(rs, ReferenceSet)
-            assert set(rs.urls) <= {str(path.resolve()), str(path)}
+            assert set(rs.urls) <= self.referenced_files(path), (path, rs.urls)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ds = refset.open_dataset(rs, mask_and_scale=False, decode_times=False)

@@ -4,8 +4,9 @@ A DMR++ file (OPeNDAP's DAP4 metadata response with ``dmrpp:`` chunk annotations
 ``build_dmrpp`` writes it beside HDF5/NetCDF4 granules) describes every chunk of every variable: its
 byte offset and size in the granule (``dmrpp:href``, resolved against the sidecar's own location when
 relative), the filters (``compressionType``: ``shuffle``, ``deflate``, ``fletcher32``, in the order
-they were applied), the fill value and byte order. The set is made from the sidecar alone: the
-granule is not read. Groups become zarr groups; ``<Dim size=N/>`` and named dimensions become
+they were applied), the fill value and byte order. The set is made from the sidecar, and the
+granule's chunks smaller than ``inline_threshold`` are read from it (opened beside the sidecar through
+the scan's opener, all in one batch); with ``inline_threshold=0`` the granule is not read at all. Groups become zarr groups; ``<Dim size=N/>`` and named dimensions become
 ``_ARRAY_DIMENSIONS``; attributes (``<Attribute><Value>``) become attributes; ``dmrpp:compact`` data is
 inlined. Refused, naming the variable: strings and other non-numeric types, filters other than those
 three, chunk positions off the chunk grid. A sidecar that is not well-formed XML or lacks what a DMR++
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import math
-import posixpath
 import re
 import xml.etree.ElementTree as ET
 from typing import Any, ClassVar
@@ -24,7 +24,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from refset.abc.scanner import DropList
-from refset.io.scanfile import Broken, ScanFile
+from refset.errors import ReferenceNotReachable
+from refset.io.scanfile import Broken, ScanFile, resolve
 from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
 from refset.scan.writer import cannot
@@ -54,7 +55,8 @@ def _attr(el: ET.Element, name: str) -> str | None:
 
 
 class DmrppScanner(FlatScanner):
-    """DMR++ sidecar files (``.dmrpp``): the granule they describe, without reading it."""
+    """DMR++ sidecar files (``.dmrpp``): the granule they describe, reading only its chunks smaller than
+    ``inline_threshold``."""
 
     name: ClassVar[str] = "dmrpp"
     title: ClassVar[str] = "DMR++"
@@ -64,8 +66,8 @@ class DmrppScanner(FlatScanner):
         # docstring inherited
         return head.lstrip()[:5] in (b"<?xml", b"<Data") and b"xml.opendap.org/dap/dmrpp" in head
 
-    def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
-        # docstring inherited
+    def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> ScanFile | None:
+        # docstring inherited: the references point into the granule, opened when chunks are to be read
         if file.size > MAX_BYTES:
             raise Broken(f"a DMR++ of {file.size:,} bytes (more than {MAX_BYTES:,})", titled=False)
         text = file.read_exact(0, file.size, metadata=False)  # its references point into another file
@@ -80,10 +82,19 @@ class DmrppScanner(FlatScanner):
         href = _attr(root, "href")
         if not href:
             raise Broken("the <Dataset> has no dmrpp:href naming the granule")
-        granule = _resolve(href, file.url)
+        granule = resolve(href, file.url)
         # references name the granule: the writer's URL table holds it (the sidecar is not referenced)
-        out.url, out.inline_threshold = granule, 0  # the granule is never read: nothing is inlined
+        out.url = granule
         self._group(out, root, "", _declared(root, ""), granule, drop)
+        if not out.small_chunks:
+            return None  # nothing to read from the granule
+        try:
+            return file.sibling(granule)
+        except OSError as e:
+            raise ReferenceNotReachable("", granule, f"the granule {file.url} describes, whose chunks below "
+                                        f"inline_threshold={self.inline_threshold} bytes are stored in the set "
+                                        f"({type(e).__name__}: {e}); inline_threshold=0 scans the sidecar "
+                                        "alone") from e
 
     def _group(self, out: SetWriter, el: ET.Element, path: str, dims: dict[str, int], granule: str,
                drop: DropList) -> None:
@@ -258,13 +269,3 @@ def _attributes(el: ET.Element) -> dict[str, Any]:
         if values:
             out[name] = values[0] if len(values) == 1 else values
     return out
-
-
-def _resolve(href: str, sidecar: str) -> str:
-    """The granule's URL: ``href`` as given when absolute, else beside the sidecar."""
-    if "://" in href or href.startswith("/"):
-        return href.removeprefix("file://")
-    if "://" in sidecar:
-        scheme, rest = sidecar.split("://", 1)
-        return f"{scheme}://{posixpath.normpath(posixpath.join(posixpath.dirname(rest), href))}"
-    return posixpath.normpath(posixpath.join(posixpath.dirname(sidecar), href))
