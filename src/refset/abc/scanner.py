@@ -31,6 +31,7 @@ from refset.io.scanfile import Broken, ScanFile
 from refset.model.setwriter import SetWriter
 
 if TYPE_CHECKING:
+    from refset.abc.bytestore import ByteStore
     from refset.model.refset import ReferenceSet
 
 __all__ = ["Scanner", "Broken", "HEAD", "INLINE_THRESHOLD", "UnusedDropWarning", "DropList", "common_options"]
@@ -109,6 +110,8 @@ class Scanner(ABC):
     #: itself, only memos each read or written whole): the threads of ``Scan.many`` then share one, so
     #: that what one file teaches (a GRIB grid's coordinates, an inventory's template) serves them all.
     shared: ClassVar[bool] = False
+    #: Whether its kind is a directory (a zarr store), told by :meth:`probe_directory`, not a file.
+    directory: ClassVar[bool] = False
 
     #: The options this instance was made with (it pickles as them: a run's memos stay behind).
     config: dict[str, Any]
@@ -151,6 +154,12 @@ class Scanner(ABC):
         ``offset`` (fewer at the end). Note to implementers: the default asks :meth:`sniff`."""
         return cls.sniff(read_at(0, HEAD))
 
+    @classmethod
+    def probe_directory(cls, store: ByteStore) -> bool:
+        """Whether the directory ``store`` is at is this kind (a scanner whose :attr:`directory` says
+        so; ``store.exists(name)`` tells what it holds). Note to implementers: the default is no."""
+        return False
+
     @abstractmethod
     def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> ScanFile | None:
         """Read ``file``'s structure into ``out`` (groups and arrays, chunks as byte ranges into the
@@ -166,8 +175,8 @@ class Scanner(ABC):
 
     @final
     def __call__(self, file: ScanFile) -> ReferenceSet:
-        """The reference set of ``file`` (its references name ``file.url``, or the data file the walk
-        returns). A name to drop that the file lacks warns with :class:`UnusedDropWarning`; a variable
+        """The reference set of ``file`` (a directory's, for a :attr:`directory` scanner; its references
+        name ``file.url``, or the data file the walk returns). A name to drop that the file lacks warns with :class:`UnusedDropWarning`; a variable
         that cannot be referenced exactly raises :class:`~refset.errors.Unsupported` naming it; a
         malformed file raises :class:`~refset.errors.InvalidFile` naming it."""
         drop = DropList(self.drop)
@@ -181,7 +190,8 @@ class Scanner(ABC):
             drop.warn_unused(file.url)
             return out.build(data.read_ranges)  # the small chunks, in one batch
         except Broken as e:
-            what = f"not a valid {self.title or self.name} file: " if e.titled else ""
+            what = f"not a valid {self.title or self.name} {'store' if self.directory else 'file'}: " if e.titled \
+                else ""
             # a library's error that the walk wrapped stays the cause (the Broken its context)
             raise InvalidFile(f"{file.url}: {what}{e}") from (e.__cause__ or e)
 

@@ -96,6 +96,15 @@ class Opener:
         self.files.append(got)
         return got
 
+    def open_directory(self, url: str, *, store: ByteStore | None = None) -> ScanFile:
+        """The directory at ``url`` (a zarr store) as the file a directory's scanner is handed: its
+        ``store``, its ``url`` and this opener; no bytes of its own."""
+        store = self.store(url) if store is None else store
+        got = ScanFile(store, 0, name=store.root if isinstance(store, LocalStore) else url, opener=self,
+                       directory=True)
+        self.files.append(got)
+        return got
+
     def costs(self) -> tuple[int, int, int]:
         """(requests, bytes, round trips) of the remote files opened: the sidecars' rounds come
         after the scanned file's, so they add up."""
@@ -119,10 +128,11 @@ class ScanFile:
     through the byte layer (``store``): a local file is opened directly; a remote one is read from its
     first ``head_bytes`` and then by the ranges asked for, each byte fetched once. ``opener``: the
     :class:`Opener` that opened it, which opens its siblings (a new one with no storage options by
-    default)."""
+    default). ``directory``: the location is a directory (a zarr store), read through ``store``: the
+    scan file has no bytes of its own."""
 
     def __init__(self, store: ByteStore, head_bytes: int = HEAD_BYTES, name: str | None = None,
-                 opener: Opener | None = None) -> None:
+                 opener: Opener | None = None, directory: bool = False) -> None:
         self.store = store
         self.url = store.url if name is None else name  # what the references name
         self.opener = Opener(head_bytes=head_bytes) if opener is None else opener
@@ -137,8 +147,12 @@ class ScanFile:
         self.path: str | None = store.root if isinstance(store, LocalStore) else None
         self.failure: Exception | None = None  # the first read that failed, as the store raised it
         self._meta: list[tuple[int, int]] = []  # [start, end) of the metadata read or marked
+        self.file: Any
+        if directory:  # a directory's scanner reads its files through store (and the opener)
+            self.file, self.size = io.BytesIO(b""), 0
+            return
         if isinstance(store, LocalStore):  # self.local, spelled so that mypy narrows the store
-            self.file: Any = open(store.root, "rb")
+            self.file = open(store.root, "rb")
             self.size = self.file.seek(0, io.SEEK_END)
             self.file.seek(0)
             return

@@ -21,7 +21,7 @@ from refset.model.inline import InlineBytes
 from refset.model.keys import ChunkGrid
 from refset.model.metadata import ArrayMetadata
 from refset.model.refset import ReferenceSet
-from refset.model.table import INLINE, RANGE, ChunkTable, sparse_grid
+from refset.model.table import INLINE, RANGE, ChunkTable, KeyTable, sparse_grid
 
 __all__ = ["SetWriter", "zarr_fill"]
 
@@ -68,12 +68,38 @@ class SetWriter:
         self.arrays: dict[str, tuple[ChunkGrid, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray],
                                      list[bytes], np.ndarray | None]] = {}
         self._small: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
+        # arrays given whole (a store's: a chunk a file), their path ids into self.files; documents
+        # kept as they are (a store's groups), and what the set says it was read from
+        self.whole: dict[str, Array] = {}
+        self.files: list[str] = []
+        self.verbatim: dict[str, bytes] = {}
+        self.info: dict[str, object] | None = None
 
     def take(self, other: SetWriter) -> None:
         """What ``other`` collected, in place of what this writer holds: a walk done aside (a fast
         path's that succeeded, a child process's) becomes this one's."""
         self.metadata, self.arrays_meta, self.arrays = other.metadata, other.arrays_meta, other.arrays
         self._small = other._small
+        self.whole, self.files, self.verbatim, self.info = other.whole, other.files, other.verbatim, other.info
+
+    def file_ids(self, urls: list[str]) -> np.ndarray:
+        """Ids of ``urls`` in the files that arrays given whole (:meth:`table`) reference."""
+        base = len(self.files)
+        self.files.extend(urls)
+        return np.arange(base, base + len(urls), dtype=np.int64)
+
+    def table(self, path: str, meta: ArrayMetadata, table: ChunkTable) -> None:
+        """One array given whole: its metadata as it is and its chunk table, whose ``path_id`` are
+        :meth:`file_ids` (a store's chunk files). Checked when the set is built."""
+        if path in self.arrays_meta or path in self.whole:
+            raise InvalidReferences(f"arrays[{json.dumps(path)}]: given twice")
+        self.whole[path] = Array(meta, table)
+
+    def documents(self, docs: Mapping[str, bytes]) -> None:
+        """Metadata documents kept byte for byte (a store's groups) among the set's other keys; the
+        writer then writes no group document of its own."""
+        self.metadata.pop(".zgroup", None)
+        self.verbatim.update(docs)
 
     def group(self, path: str, attrs: Mapping[str, Any]) -> None:
         pre = f"{path}/" if path else ""
@@ -205,4 +231,13 @@ class SetWriter:
             else:
                 tables[path] = ChunkTable(grid, kind, np.zeros(grid.nchunks, np.uint16), off, ln, inline)
         arrays = {p: Array(self.arrays_meta[p], t) for p, t in tables.items()}
-        return ReferenceSet.from_arrays(self.metadata, arrays, [self.url], validate=False)
+        if not self.whole and not self.verbatim:
+            return ReferenceSet.from_arrays(self.metadata, arrays, [self.url], validate=False, info=self.info)
+        urls = self.files
+        whole = self.whole
+        if arrays:  # the scanned file's own columns index its url, first
+            urls = [self.url, *self.files]
+            shift = np.arange(1, len(urls), dtype=np.int64)
+            whole = {p: Array(a.metadata, a.table.remap_paths(shift)) for p, a in whole.items()}
+        other = KeyTable.from_items({k: (INLINE, 0, 0, 0, v) for k, v in self.verbatim.items()})
+        return ReferenceSet.from_arrays(self.metadata, {**arrays, **whole}, urls, other=other, info=self.info)

@@ -12,7 +12,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from refset.abc.bytestore import ByteStore
 from refset.abc.scanner import Scanner
@@ -122,20 +122,14 @@ class Scan:
         opener = Opener(storage_options, self.head_bytes)  # opens the file and any read beside it
         store = opener.store(url)
         if isinstance(store, LocalStore) and os.path.isdir(store.root):
-            if _zarr_store(store):
-                return self._scan_store(store.root, storage_options)
-            if not strict:
-                return None
-            _refuse_directory(store, url)
+            return self._scan_directory(opener, store, url, strict)
         try:
             sf = opener.open(url, store=store)
         except (FileNotFoundError, IsADirectoryError):
             if not strict:
                 return None  # the reference readers say what it is (a parquet set, a missing file)
             if _is_dir(store):  # asked only when there is no such file: a request
-                if _zarr_store(store):
-                    return self._scan_store(url, storage_options)
-                _refuse_directory(store, url)
+                return self._scan_directory(opener, store, url, strict)
             raise
         with opener:
             self.files += 1
@@ -146,31 +140,38 @@ class Scan:
                     return None
                 raise Unsupported(f"{url}: {e}") from None
             sf.file.seek(0)
-            try:
-                rs = self.scanner(cls)(sf)
-            except RefsetError as e:  # named by its file (a variable's error says only the variable); anything
-                err = located(e, url)  # else is a bug (a library's errors are the file's fault where the
-                if err is e:  # scanner calls it: InvalidFile), and propagates as it is
-                    raise
-                raise err from e.__cause__
-            finally:
-                requests, nbytes, rounds = opener.costs()
-                self.requests += requests
-                self.nbytes += nbytes
-                self.rounds = max(self.rounds, rounds)
+            rs = self._run(cls, sf, opener, url)
             return rs if sf.local else _keep_small_values(rs, sf)
 
-    def _scan_store(self, url: str, storage_options: Mapping[str, Any] | None) -> ReferenceSet:
-        from refset.scan.zarrstore import scan_store
+    def _scan_directory(self, opener: Opener, store: ByteStore, url: str, strict: bool) -> ReferenceSet | None:
+        """A directory: scanned by the scanner whose kind it is (a zarr store), else refused (None
+        when not ``strict``)."""
+        from refset.scan.registry import scanner_for_directory
 
-        self.files += 1
+        cls = scanner_for_directory(store)
+        if cls is None:
+            if not strict:
+                return None
+            _refuse_directory(store, url)
+        assert cls is not None  # refused otherwise
+        with opener:
+            self.files += 1
+            return self._run(cls, opener.open_directory(url, store=store), opener, url)
+
+    def _run(self, cls: type[Scanner], sf: ScanFile, opener: Opener, url: str) -> ReferenceSet:
+        """The run's scanner of class ``cls`` over ``sf``, its errors named by ``url``, its costs counted."""
         try:
-            return scan_store(url, storage_options)
-        except RefsetError as e:
-            err = located(e, url)
-            if err is e:
+            return self.scanner(cls)(sf)
+        except RefsetError as e:  # named by its file (a variable's error says only the variable); anything
+            err = located(e, url)  # else is a bug (a library's errors are the file's fault where the
+            if err is e:  # scanner calls it: InvalidFile), and propagates as it is
                 raise
             raise err from e.__cause__
+        finally:
+            requests, nbytes, rounds = opener.costs()
+            self.requests += requests
+            self.nbytes += nbytes
+            self.rounds = max(self.rounds, rounds)
 
     def many(self, urls: Iterable[str | os.PathLike[str]], storage_options: Mapping[str, Any] | None = None,
              *, concurrency: int | None = None) -> Iterator[ReferenceSet]:
@@ -332,15 +333,7 @@ def detect_scanner(f: Any, size: int) -> type[Scanner]:
     return found
 
 
-def _zarr_store(store: ByteStore) -> bool:
-    """Whether a directory is a zarr store (a group or array at its top)."""
-    try:
-        return any(store.exists(n) for n in ZARR_STORE_FILES)
-    except Exception:
-        return False
-
-
-def _refuse_directory(store: ByteStore, url: str) -> None:
+def _refuse_directory(store: ByteStore, url: str) -> NoReturn:
     raise Unsupported(f"{url}: {_what_directory(store)}, not a NetCDF/HDF5 file: scan takes data files")
 
 
