@@ -18,7 +18,7 @@ from refset.abc.bytestore import ByteStore
 from refset.abc.scanner import Scanner
 from refset.errors import RefsetError, Unsupported, located
 from refset.io.local import is_local
-from refset.io.magic import ZARR_STORE_FILES, file_reader, starts_like_refs
+from refset.io.magic import Kind, describe, describe_directory, file_reader
 from refset.io.scanfile import HEAD_BYTES, Opener, ScanFile
 from refset.io.store import LocalStore
 from refset.model.refset import ReferenceSet
@@ -325,16 +325,35 @@ def detect_scanner(f: Any, size: int) -> type[Scanner]:
     read_at = file_reader(f)
     found = scanner_for(read_at, size)
     if found is None:
-        head = read_at(0, 16)
-        if starts_like_refs(head) and head.strip():
-            raise Unsupported("is a reference set (JSON or packed), not a NetCDF/HDF5 file: scan takes data "
-                              "files; `refset convert` rewrites a set, `refset combine` joins sets")
-        raise Unsupported(f"not a NetCDF3, NetCDF4 or HDF5 file (first bytes {head[:8]!r})")
+        raise Unsupported(_not_data(describe(read_at, size)))
     return found
 
 
+def _not_data(kind: Kind) -> str:
+    """What to say of a file or directory of ``kind`` given to scan (no scanner reads it)."""
+    if kind.refs:
+        return (f"is {kind.text}, not a data file: scan takes data files; `refset convert` rewrites a set, "
+                "`refset combine` joins sets")
+    if kind.name == "directory":
+        return "is a directory, not a data file: scan takes data files (a glob such as DIR/*.nc scans its files)"
+    if kind.name == "idx":
+        return f"is {kind.text}: scan its GRIB file, which reads it"
+    return (f"not a NetCDF3, NetCDF4 or HDF5 file, nor another kind refset scans (GRIB, TIFF, FITS, HDF4, "
+            f"DMR++, a zarr store): {kind.text}")
+
+
 def _refuse_directory(store: ByteStore, url: str) -> NoReturn:
-    raise Unsupported(f"{url}: {_what_directory(store)}, not a NetCDF/HDF5 file: scan takes data files")
+    """The error for a directory no scanner reads: what it is (a parquet set, just a directory)."""
+    def has(name: str) -> bool:
+        try:
+            return store.exists(name)
+        except Exception:  # a server refusing the probe: not there, rather than fail differently
+            return False
+
+    def read(name: str) -> bytes:
+        return bytes(store.read(name, 0, 4096))
+
+    raise Unsupported(f"{url}: {_not_data(describe_directory(has, read))}")
 
 
 def _is_dir(store: ByteStore) -> bool:
@@ -342,17 +361,3 @@ def _is_dir(store: ByteStore) -> bool:
         return store.isdir()
     except Exception:  # the server failing again: the first error is the one to report
         return False
-
-
-def _what_directory(store: ByteStore) -> str:
-    """What a directory given to scan is: a parquet reference set, a zarr store, or just a directory."""
-    if store.exists(".zmetadata"):
-        try:
-            if b"record_size" in store.read(".zmetadata", 0, 4096):
-                return "is a parquet reference set (`refset convert` rewrites it, `refset combine` joins sets)"
-        except OSError:
-            pass
-    found = [n for n in ZARR_STORE_FILES if store.exists(n)]
-    if found:
-        return f"is a zarr store ({found[0]})"
-    return "is a directory (a glob such as DIR/*.nc scans its files)"

@@ -25,6 +25,7 @@ import numpy as np
 
 from refset.abc.scanner import DropList
 from refset.errors import ReferenceNotReachable
+from refset.io.magic import is_dmrpp
 from refset.io.scanfile import Broken, ScanFile, resolve
 from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
@@ -64,7 +65,7 @@ class DmrppScanner(FlatScanner):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         # docstring inherited
-        return head.lstrip()[:5] in (b"<?xml", b"<Data") and b"xml.opendap.org/dap/dmrpp" in head
+        return is_dmrpp(head)
 
     def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> ScanFile | None:
         # docstring inherited: the references point into the granule, opened when chunks are to be read

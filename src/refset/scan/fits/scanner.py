@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from refset.abc.scanner import DropList
+from refset.io.magic import is_fits
 from refset.io.scanfile import Broken, ScanFile
 from refset.model.setwriter import SetWriter
 from refset.scan.fits.header import BLOCK, DTYPES, int_card, read_header
@@ -48,7 +49,7 @@ class FitsScanner(FlatScanner):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         # docstring inherited
-        return head[:9] == b"SIMPLE  =" and head[9:30].strip() == b"T"
+        return is_fits(head)
 
     def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
         # docstring inherited: headers are the metadata; a tile table is read as data

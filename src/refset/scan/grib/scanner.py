@@ -28,6 +28,7 @@ import numpy as np
 
 from refset.abc.scanner import DropList
 from refset.errors import Unsupported
+from refset.io.magic import is_grib
 from refset.io.scanfile import Broken, ScanFile
 from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
@@ -368,7 +369,7 @@ class GribScanner(FlatScanner):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         # docstring inherited
-        return head[:4] == b"GRIB" and len(head) > 7 and head[7] in (1, 2)
+        return is_grib(head)
 
     def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
         # docstring inherited: the messages are the data (a message a chunk); nothing is metadata

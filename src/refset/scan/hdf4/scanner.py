@@ -27,14 +27,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from refset.abc.scanner import DropList
+from refset.io.magic import is_hdf4
 from refset.io.scanfile import Broken, ScanFile
 from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
 from refset.scan.writer import cannot
 
-__all__ = ["Hdf4Scanner", "MAGIC", "MAX_DDS"]
+__all__ = ["Hdf4Scanner", "MAX_DDS"]
 
-MAGIC = b"\x0e\x03\x13\x01"
 MAX_DDS = 10_000_000
 NT, SDD, SD, NDG, VH, VS, VG, COMPRESSED, LINKED = 106, 701, 702, 720, 1962, 1963, 1965, 40, 20
 SPECIAL = 0x4000
@@ -195,7 +195,7 @@ class Hdf4Scanner(FlatScanner):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         # docstring inherited
-        return head[:4] == MAGIC
+        return is_hdf4(head)
 
     def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
         # docstring inherited: every structure read is metadata (the datasets' data is not read)

@@ -13,10 +13,8 @@ import numpy as np
 
 from refset.io.scanfile import Broken, ScanFile
 
-__all__ = ["read_header", "Header", "Variable", "MAGIC"]
+__all__ = ["read_header", "Header", "Variable"]
 
-#: What a NetCDF3 file starts with: CDF-1, CDF-2 (64-bit offsets) and CDF-5 (64-bit data).
-MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
 
 _DIMENSION, _VARIABLE, _ATTRIBUTE = 10, 11, 12
 # nc_type -> numpy dtype as stored; 7..11 exist only in CDF-5.

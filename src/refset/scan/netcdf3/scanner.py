@@ -14,10 +14,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from refset.abc.scanner import DropList
+from refset.io.magic import is_netcdf3
 from refset.io.scanfile import ScanFile
 from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
-from refset.scan.netcdf3.header import MAGIC, Variable, read_header
+from refset.scan.netcdf3.header import Variable, read_header
 from refset.scan.writer import cannot, json_value, split_rows
 
 __all__ = ["NetCDF3Scanner"]
@@ -33,7 +34,7 @@ class NetCDF3Scanner(FlatScanner):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         # docstring inherited
-        return head[:4] in MAGIC
+        return is_netcdf3(head)
 
     def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
         # docstring inherited

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from refset.io.magic import is_tiff
 from refset.io.scanfile import Broken, ScanFile
 
-__all__ = ["Ifd", "read_ifds", "metadata_spans", "MAGICS", "MAX_IFDS", "MAX_ENTRIES", "MAX_VALUES"]
-
-MAGICS = (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+")
+__all__ = ["Ifd", "read_ifds", "metadata_spans", "MAX_IFDS", "MAX_ENTRIES", "MAX_VALUES"]
 MAX_IFDS = 100_000  # pages of a file (a 10,000-page stack is common; a loop is not)
 MAX_ENTRIES = 4_096  # tags of one directory (baseline TIFF has ~40)
 MAX_VALUES = 1 << 28  # values of one tag (tile offsets of a 16384-tile-square image: 2**28)
@@ -132,7 +131,7 @@ def read_ifds(file: ScanFile) -> list[Ifd]:
     """Every directory of the file, in chain order."""
     size = file.size
     head = file.read_at(0, 16)
-    if len(head) < 8 or head[:4] not in MAGICS:
+    if len(head) < 8 or not is_tiff(head):
         raise Broken("no TIFF header (II*/MM*, or BigTIFF's II+/MM+)")
     endian = "<" if head[:2] == b"II" else ">"
     big = head[2:4] in (b"+\0", b"\0+")

@@ -52,11 +52,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from refset.abc.scanner import DropList
+from refset.io.magic import is_tiff
 from refset.io.scanfile import Broken, ScanFile
 from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
 from refset.scan.tiff import geo
-from refset.scan.tiff.ifd import MAGICS, Ifd, metadata_spans, read_ifds
+from refset.scan.tiff.ifd import Ifd, metadata_spans, read_ifds
 from refset.scan.tiff.jxl import jxl_float
 from refset.scan.writer import cannot
 
@@ -113,7 +114,7 @@ class TiffScanner(FlatScanner):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         # docstring inherited
-        return head[:4] in MAGICS
+        return is_tiff(head)
 
     def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
         # docstring inherited: the header, the directories and every tag's values are the metadata
