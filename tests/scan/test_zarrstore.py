@@ -131,6 +131,7 @@ def test_zarrstore_fuzz(tmp_path: Path) -> None:
     import shutil
 
     from refset.errors import RefsetError
+    from tests.scan.fuzzcheck import refusal_problem
 
     src = tmp_path / "src.zarr"
     _store(src, 3, shards=True)
@@ -151,8 +152,9 @@ def test_zarrstore_fuzz(tmp_path: Path) -> None:
         try:
             rs = refset.scan(str(case))
         except RefsetError as e:
-            if str(case) not in str(e):
-                bad.append(f"seed {seed}: unnamed {e}")
+            problem = refusal_problem(str(case), e)  # unnamed, or an InvalidFile no Broken caused
+            if problem:
+                bad.append(f"seed {seed}: {problem}")
             continue
         except Exception as e:
             bad.append(f"seed {seed}: bare {type(e).__name__}: {e}")
