@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import PurePath
 from typing import Any, TypeVar
 
 import numpy as np
 
-from refset.errors import RefsetError
+from refset.errors import RefsetError, Unsupported
 from refset.io.scanfile import Broken, ScanFile
 from refset.scan.hdf5.base import NotNative
 
@@ -23,12 +24,23 @@ __all__ = ["H5Node", "library_error"]
 T = TypeVar("T")
 
 
-def library_error(file: ScanFile | None, e: Exception) -> Exception:
-    """The error for ``e``, raised by h5py reading ``file``: the read that failed under it, else the
-    file's fault (:class:`Broken`, for the caller to raise ``from e``)."""
+def library_error(file: ScanFile | None, e: Exception) -> Exception | None:
+    """The error to raise (``from e``) for ``e``, when h5py raised it reading ``file``: the read that
+    failed under it, else the file's fault (:class:`Broken`); None for an error h5py did not raise
+    (refset's own, a bug: raised as it is)."""
+    if not _from_h5py(e):
+        return None
     if file is not None and file.failure is not None:
         return file.failure
     return Broken(f"cannot be scanned: {type(e).__name__}: {e}", titled=False)
+
+
+def _from_h5py(e: BaseException) -> bool:
+    """Whether h5py raised ``e`` (or libhdf5 under it): the innermost frame of its traceback is h5py's."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and "h5py" in PurePath(tb.tb_frame.f_code.co_filename).parts
 
 
 def _h5py(method: Callable[..., T]) -> Callable[..., T]:
@@ -40,7 +52,10 @@ def _h5py(method: Callable[..., T]) -> Callable[..., T]:
         except (RefsetError, Broken, NotNative):
             raise
         except Exception as e:
-            raise library_error(self.file, e) from e
+            err = library_error(self.file, e)
+            if err is None:
+                raise
+            raise err from e
     return asking
 
 
@@ -67,6 +82,9 @@ class H5Node:
         links = grp.id.links
         out: list[tuple[str, str, H5Node | None, str]] = []
         for name in grp:
+            if isinstance(name, bytes):  # h5py's answer for a name that is not UTF-8
+                raise Unsupported(f"{self.obj.name}: a link named {name!r}, which is not UTF-8 text: no zarr key "
+                                  "can name it")
             bname = name.encode()
             kind = links.get_info(bname).type
             if kind == h5py.h5l.TYPE_EXTERNAL:
@@ -184,6 +202,8 @@ class H5Node:
             n(s.size)
 
         self.obj.id.chunk_iter(one)
+        if max(max(off_l, default=0), max((i for t in pos_l for i in t), default=0)) >= 1 << 63:
+            raise Broken(f"{self.obj.name}: libhdf5 lists a chunk at a position or an address past 2**63")
         rank = len(grid)
         pos = np.fromiter((i for t in pos_l for i in t), np.int64, len(pos_l) * rank).reshape(len(pos_l), rank)
         idx = pos // np.array(self.obj.chunks, np.int64)
@@ -201,7 +221,6 @@ class H5Node:
         index itself. Where it cannot, the dataset is refused rather than given wrong."""
         import h5py
 
-        from refset.errors import Unsupported
         from refset.scan.hdf5.meta import H5File
         from refset.scan.hdf5.native import NativeNode
 

@@ -355,6 +355,7 @@ class Header:
              block: int, at: int) -> None:
         need(len(self.msgs) < _MAX_MESSAGES, "too many messages")
         if mtype == 0x10:
+            need(len(body) >= 16, "continuation message cut")
             addr, n = struct.unpack_from("<QQ", body)
             conts.append((addr, n))
             return

@@ -11,6 +11,7 @@ filters have none, compact datasets and variable-length strings are read and sto
 from __future__ import annotations
 
 import os
+import struct
 from typing import Any, ClassVar
 
 import numpy as np
@@ -100,8 +101,11 @@ class HDF5Scanner(Scanner):
         start = hdf5_superblock(file.read_at, file.size)  # at 0 or after a user block
         if start is None:
             raise NotNative("no superblock")
-        root = open_native(file, start, self.group, self.templates)
-        Walker(out, drop, self.subchunk, self.max_inline).walk(root)
+        try:
+            root = open_native(file, start, self.group, self.templates)
+            Walker(out, drop, self.subchunk, self.max_inline).walk(root)
+        except struct.error as e:  # a message shorter than its fields says: declined, as need() declines
+            raise NotNative(f"a structure is cut ({e})") from None
 
     def walk_h5py(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
         """The walk through h5py: of a local file in a child process under :attr:`h5py_timeout`
@@ -124,14 +128,20 @@ class HDF5Scanner(Scanner):
         try:
             h5 = h5py.File(f, "r")
         except Exception as e:  # libhdf5 refuses the file
-            raise library_error(file, e) from e
+            err = library_error(file, e)
+            if err is None:
+                raise
+            raise err from e
         with h5:
             try:
                 userblock = h5.userblock_size
                 f.seek(0)
                 root = h5 if self.group in (None, "", "/") else h5.get(self.group)
             except Exception as e:
-                raise library_error(file, e) from e
+                err = library_error(file, e)
+                if err is None:
+                    raise
+                raise err from e
             if not isinstance(root, h5py.Group):
                 raise Unsupported(f"group={self.group!r}: no such group in {file.url}")
             Walker(out, drop, self.subchunk, self.max_inline).walk(H5Node(root, (file, userblock)))
