@@ -225,3 +225,21 @@ def test_the_package_says_it_is_typed():
                           "print(r.files('refset').joinpath('py.typed').is_file())"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_one_broken_class():
+    """A scanned file's broken structure is said with one exception class, ``refset.io.scanfile.Broken``,
+    which the scanners' frame turns into ``InvalidFile`` naming the file: no format keeps its own (six
+    did), and none derives another from it."""
+    defined, derived = [], []
+    for p in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.ClassDef):
+                where = f"{p.relative_to(SRC)}:{node.lineno}"
+                if node.name == "Broken":
+                    defined.append(where)
+                if any(isinstance(b, ast.Name | ast.Attribute) and ast.unparse(b).rsplit(".", 1)[-1] == "Broken"
+                       for b in node.bases):
+                    derived.append(where)
+    assert len(defined) == 1 and defined[0].startswith("io/scanfile.py:"), defined
+    assert not derived, derived

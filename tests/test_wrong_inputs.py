@@ -48,6 +48,13 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         g.create_array("a", shape=(4,), dtype="f4")
     zarr.consolidate_metadata(d / "v2c.zarr")  # a .zmetadata without record_size
     assert (d / "v2c.zarr" / ".zmetadata").exists() and not (d / "v2.zarr" / ".zmetadata").exists()
+    # the other kinds refset scans, as their first bytes tell them (refset.io.magic.describe)
+    (d / "fc.grib2").write_bytes(b"GRIB\0\0\0\x02" + bytes(200))
+    (d / "img.tif").write_bytes(b"II*\0" + bytes(200))
+    (d / "sky.fits").write_bytes(f"{'SIMPLE  =':<10}{'T':>20}".encode().ljust(2880))
+    (d / "mod.hdf").write_bytes(b"\x0e\x03\x13\x01" + bytes(200))
+    (d / "g.dmrpp").write_text('<?xml version="1.0"?><Dataset xmlns:dmrpp="http://xml.opendap.org/dap/dmrpp/1.0.0#"/>')
+    (d / "fc.grib2.idx").write_text("1:0:d=2024010100:TMP:500 mb:anl:\n")
     return d
 
 
@@ -61,6 +68,12 @@ CASES = [
     ("v2.zarr", ZARR.format(".zgroup")),
     ("v2c.zarr", ZARR.format(".zgroup")),
     ("list.json", LIST),
+    ("fc.grib2", "is a GRIB file, not a reference set: make one with `refset scan "),
+    ("img.tif", "is a TIFF file, not a reference set: make one with `refset scan "),
+    ("sky.fits", "is a FITS file, not a reference set: make one with `refset scan "),
+    ("mod.hdf", "is an HDF4 file, not a reference set: make one with `refset scan "),
+    ("g.dmrpp", "is a DMR++ sidecar, not a reference set: make one with `refset scan "),
+    ("fc.grib2.idx", "is a GRIB inventory (a .idx sidecar), not a reference set: `refset scan` its GRIB file"),
 ]
 
 
@@ -84,7 +97,7 @@ def test_library_names_what_it_got(inputs: Path, name: str, says: str, how: str)
         _opens(how, source)
     msg = str(e.value)
     assert says in msg and "\n" not in msg
-    if says is SCAN:
+    if says is SCAN or "make one with `refset scan" in says:
         assert msg.startswith(f"{source}: ") and f"`refset scan {source} -o {Path(source).stem}.json`" in msg
     if says is RECORD:
         assert msg.endswith(str(inputs / "set.parq"))  # the directory to load instead

@@ -330,11 +330,11 @@ def test_unknown_concat_dim_in_command_line_words(days: list[Path], tmp_path: Pa
 
 
 @pytest.mark.parametrize("name,says", [
-    ("set.parq", "set.parq: is a parquet reference set (`refset convert` rewrites it, `refset combine` joins "
-                 "sets), not a NetCDF/HDF5 file: scan takes data files"),
-    ("list.json", "list.json: is a reference set (JSON or packed), not a NetCDF/HDF5 file: scan takes data files; "
+    ("set.parq", "set.parq: is a parquet reference set, not a data file: scan takes data files; `refset convert` "
+                 "rewrites a set, `refset combine` joins sets"),
+    ("list.json", "list.json: is a list of reference sets (JSON), not a data file: scan takes data files; "
                   "`refset convert` rewrites a set, `refset combine` joins sets"),
-    (".", "is a directory (a glob such as DIR/*.nc scans its files), not a NetCDF/HDF5 file"),
+    (".", "is a directory, not a data file: scan takes data files (a glob such as DIR/*.nc scans its files)"),
 ])
 def test_scan_of_something_else_says_what_it_is(wrong_inputs: Path, tmp_path: Path, name: str, says: str):
     r = _run("scan", str(wrong_inputs / name), "-o", "out.json", cwd=tmp_path)

@@ -87,3 +87,42 @@ class TestToyForm(FormTests):
     @property
     def form(self):  # type: ignore[override]
         return forms_registry.forms()["toyjson"]
+
+
+def test_a_scanner_written_before_the_frame_still_scans_and_is_told_to_move(tmp_path: Path) -> None:
+    """A plugin that overrides ``Scanner.__call__`` (the interface before the frame) is warned at its
+    class statement, is instantiable without a walk, and scans with its own ``__call__``."""
+    import struct
+    from typing import Any, ClassVar
+
+    from refset.abc.scanner import DropList, Scanner
+    from refset.io.scanfile import Opener
+    from refset.model.metadata import ArrayMetadata
+    from refset.model.refset import ReferenceSet
+
+    with pytest.warns(DeprecationWarning, match=r"overrides Scanner.__call__.*implement walk\(file, out, drop\)"):
+        class OldToy(Scanner):
+            name: ClassVar[str] = "oldtoy"
+
+            @classmethod
+            def sniff(cls, head: bytes) -> bool:
+                return head[:4] == b"TOY1"
+
+            def __call__(self, file: Any) -> ReferenceSet:  # type: ignore[misc]
+                drop = DropList(self.drop)
+                file.file.seek(4)
+                (n,) = struct.unpack("<I", file.file.read(4))
+                meta = ArrayMetadata.build(shape=(n,), chunks=(n,), dtype=np.dtype("<f8"), dimension_names=["i"])
+                drop.warn_unused(file.url)
+                return ReferenceSet.from_arrays({".zgroup": {"zarr_format": 2},
+                                                 **{f"x/{k}": v for k, v in meta.documents().items()}},
+                                                {"x": {"path_id": np.array([0]), "offset": np.array([8]),
+                                                       "length": np.array([8 * n])}}, [file.url])
+
+    from toy_refset_plugin import write_toy
+
+    p = tmp_path / "old.toy"
+    write_toy(p, np.arange(4.0))
+    with Opener() as opener:
+        rs = OldToy()(opener.open(str(p)))
+    np.testing.assert_array_equal(refset.open_dataset(rs).x.values, np.arange(4.0))

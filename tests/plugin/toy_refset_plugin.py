@@ -10,37 +10,29 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.abc.scanner import Scanner
+from refset.abc.scanner import Broken, DropList, Scanner
 from refset.formats.json import JsonForm
-from refset.model.metadata import ArrayMetadata
-from refset.model.refset import ReferenceSet
-from refset.scan.writer import DropList, common_options
+from refset.io.scanfile import ScanFile
+from refset.model.setwriter import SetWriter
 
 
 class ToyScanner(Scanner):
-    name: ClassVar[str] = "toy"
+    """A scanner as one is written: the common options through ``Scanner.__init__``, ``sniff`` and the
+    walk (the frame around it makes the writer, checks, names the file in errors and builds)."""
 
-    def __init__(self, *, inline_threshold: int = 500, drop_variables: Any = (), subchunk: Any = None) -> None:
-        self.inline_threshold, self.drop, _ = common_options(inline_threshold, drop_variables, subchunk)
-        self.config = {"inline_threshold": inline_threshold, "drop_variables": self.drop}
+    name: ClassVar[str] = "toy"
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         return head[:4] == b"TOY1"
 
-    def __call__(self, file: Any) -> ReferenceSet:
-        drop = DropList(self.drop)
-        file.file.seek(4)
-        (n,) = struct.unpack("<I", file.file.read(4))
-        arrays = {}
+    def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
+        (n,) = struct.unpack("<I", file.read_exact(4, 4))  # the header: the file's metadata
+        if 8 + 8 * n > file.size:
+            raise Broken(f"{n} values do not fit in {file.size} bytes")
         if "x" not in drop:
-            meta = ArrayMetadata.build(shape=(n,), chunks=(n,), dtype=np.dtype("<f8"), dimension_names=["i"])
-            arrays["x"] = {"path_id": np.array([0]), "offset": np.array([8]), "length": np.array([8 * n])}
-            docs = {f"x/{k}": v for k, v in meta.documents().items()}
-        else:
-            docs = {}
-        drop.warn_unused(file.url)
-        return ReferenceSet.from_arrays({".zgroup": {"zarr_format": 2}, **docs}, arrays, [file.url])
+            out.array("x", shape=(n,), chunks=(n,), dtype=np.dtype("<f8"), fill_value=None, filters=None, attrs={},
+                      dims=["i"], offset=np.array([8]), length=np.array([8 * n]))
 
 
 class ToyForm(JsonForm):

@@ -6,7 +6,9 @@ scipy/netCDF4 reading the same bytes, in worker processes under a memory limit a
 
 Every case must end in the oracle's values, or in a refset error naming the file: never another
 exception, a crash, a hang, running out of memory, values other than the oracle's (when the oracle
-reads the file) or an error that does not say which file. 500 cases by default; ``FUZZ_SCALE=N`` runs
+reads the file), an error that does not say which file, or a scan's ``InvalidFile`` that no ``Broken``
+caused (the scanners' frame turns the one Broken, a format fault or a library's refusal wrapped where
+the library is called, into InvalidFile; any other exception is a bug and must surface as one). 500 cases by default; ``FUZZ_SCALE=N`` runs
 N times as many (CI's longer hunt). A failing case is replayed, with its traceback, by
 ``python -m tests.scanfuzz SEED`` (``--keep DIR`` writes the mutated file).
 """
@@ -74,3 +76,27 @@ def test_mutated_files_read_right_or_are_refused_by_name(sources: list[Source], 
     assert sum(counts(results).values()) == CASES
     failing = [r for r in results if r.outcome in FAILING]
     assert not failing, _report(failing)
+
+
+def test_an_invalid_file_no_broken_caused_fails_a_case() -> None:
+    """The check itself: the frame's InvalidFile (from a Broken, or from a library's error with the
+    Broken as its context) passes; one raised from anything else fails the case."""
+    from refset.errors import InvalidFile
+    from refset.io.scanfile import Broken
+    from tests.scan.fuzzcheck import refusal_problem
+    from tests.scanfuzz import classify
+
+    for cause in (None, OSError("libhdf5 says no")):
+        try:
+            try:
+                raise Broken("cut") from cause
+            except Broken as b:
+                raise InvalidFile("f.nc: not a valid HDF5 file: cut") from (b.__cause__ or b)
+        except InvalidFile as e:
+            assert refusal_problem("f.nc", e) is None
+    bare = InvalidFile("f.nc: cannot be scanned: KeyError: 3")
+    assert refusal_problem("f.nc", bare) == "InvalidFile not from Broken: f.nc: cannot be scanned: KeyError: 3"
+    error = {"refset": True, "from_broken": False, "phase": "scan", "memory": False, "names_file": True}
+    assert classify({"error": error, "vars": {}}, None, {})[0] == "invalid file not from Broken"
+    assert classify({"error": {**error, "from_broken": True}, "vars": {}}, None, {})[0] == \
+        "oracle also fails (refset error)"

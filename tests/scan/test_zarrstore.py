@@ -13,6 +13,8 @@ import pytest
 
 import refset
 from refset.errors import InvalidFile
+from refset.scan.zarrstore import ZarrScanner
+from refset.testing import ScannerTests
 
 zarr = pytest.importorskip("zarr")
 xr = pytest.importorskip("xarray")
@@ -129,6 +131,7 @@ def test_zarrstore_fuzz(tmp_path: Path) -> None:
     import shutil
 
     from refset.errors import RefsetError
+    from tests.scan.fuzzcheck import refusal_problem
 
     src = tmp_path / "src.zarr"
     _store(src, 3, shards=True)
@@ -149,8 +152,9 @@ def test_zarrstore_fuzz(tmp_path: Path) -> None:
         try:
             rs = refset.scan(str(case))
         except RefsetError as e:
-            if str(case) not in str(e):
-                bad.append(f"seed {seed}: unnamed {e}")
+            problem = refusal_problem(str(case), e)  # unnamed, or an InvalidFile no Broken caused
+            if problem:
+                bad.append(f"seed {seed}: {problem}")
             continue
         except Exception as e:
             bad.append(f"seed {seed}: bare {type(e).__name__}: {e}")
@@ -173,3 +177,29 @@ def test_zarrstore_fuzz(tmp_path: Path) -> None:
             if not np.array_equal(got[n], w, equal_nan=True):
                 bad.append(f"seed {seed}: {n!r} differs from zarr's ({victim.relative_to(case)})")
     assert not bad, "\n".join(bad[:10])
+
+
+class TestZarrConformance(ScannerTests):
+    """Zarr stores go through the registry like any scanner: a directory's probe finds them."""
+
+    scanner = ZarrScanner
+
+    def make_files(self, tmp_path: Path) -> dict[Path, dict[str, np.ndarray]]:
+        out = {}
+        tas = np.arange(48.0).reshape(8, 6)
+        for fmt, shards in ((2, False), (3, False), (3, True)):
+            path = tmp_path / f"s{fmt}{'-sharded' if shards else ''}.zarr"
+            enc: dict[str, Any] = {"chunks": (2, 3), **({"shards": (4, 6)} if shards else {})}
+            xr.Dataset({"tas": (("time", "x"), tas)}).to_zarr(path, zarr_format=fmt, consolidated=False,
+                                                              encoding={"tas": enc})
+            out[path] = {"tas": tas}
+        return out
+
+
+def test_names_to_drop_leave_arrays_and_their_documents_out(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    _store(path, 3, shards=True)
+    rs = refset.scan(str(path), drop_variables=["b"])  # by name
+    assert sorted(rs.metadata) == ["a"] and not any(k.startswith("sub/b") for k in rs)
+    assert "sub/zarr.json" in rs  # the group stays
+    assert sorted(refset.scan(str(path), drop_variables=["sub/b", "a"]).metadata) == []

@@ -20,9 +20,9 @@ from refset.io.local import is_local, local_path, trimmed
 from refset.io.magic import (
     HEAD_SIZE,
     PACKED_MAGIC,
-    PARQUET_MAGIC,
-    data_format,
+    describe,
     file_reader,
+    not_a_set,
     starts_like_refs,
     zarr_store_problem,
 )
@@ -33,17 +33,12 @@ __all__ = ["FORMATS", "forms", "by_name", "for_dest", "detect", "looks_like_refs
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
 
 def refuse_non_refs(source: str, read_at: Callable[[int, int], bytes], size: int) -> None:
-    """Raise :class:`~refset.errors.InvalidReferences` naming what ``source`` is when it is a
-    NetCDF/HDF5 data file or one parquet record file, and what to do instead; else return."""
-    if data_format(read_at, size) is not None:
-        out = source.rstrip("/").rsplit("/", 1)[-1].rsplit(".", 1)[0] + ".json"
-        raise InvalidReferences(f"{source}: is a NetCDF/HDF5 file, not a reference set: make one with "
-                                f"`refset scan {source} -o {out}` (in Python: refset.scan)")
-    if read_at(0, 4) == PARQUET_MAGIC:
-        base = source.rstrip("/")
-        parent = base.rsplit("/", 2)[0] if base.count("/") >= 2 else "the directory two levels up"
-        raise InvalidReferences(f"{source}: is one record file of a parquet reference set, not a set: "
-                                f"load the set's directory (the one holding .zmetadata), {parent}")
+    """Raise :class:`~refset.errors.InvalidReferences` naming what ``source`` is when it is no
+    reference set (a data file ``refset scan`` reads, one parquet record file, a GRIB inventory: see
+    :func:`refset.io.magic.describe`), and what to do instead; else return."""
+    problem = not_a_set(source, describe(read_at, size))
+    if problem:
+        raise InvalidReferences(problem)
 
 
 def _refuse_zmetadata(source: str, storage_options: Mapping[str, Any] | None) -> None:

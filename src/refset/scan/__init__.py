@@ -12,15 +12,15 @@ import os
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from refset.abc.bytestore import ByteStore
 from refset.abc.scanner import Scanner
-from refset.errors import InvalidFile, RefsetError, Unsupported, located
-from refset.io.local import is_local, local_path
-from refset.io.magic import ZARR_STORE_FILES, file_reader, starts_like_refs
-from refset.io.scanfile import HEAD_BYTES, ScanFile
-from refset.io.store import LocalStore, open_store
+from refset.errors import RefsetError, Unsupported, located
+from refset.io.local import is_local
+from refset.io.magic import Kind, describe, describe_directory, file_reader
+from refset.io.scanfile import HEAD_BYTES, Opener, ScanFile
+from refset.io.store import LocalStore
 from refset.model.refset import ReferenceSet
 from refset.scan.writer import INLINE_THRESHOLD, UnusedDropWarning
 
@@ -119,26 +119,19 @@ class Scan:
     def _scan(self, url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None, strict: bool,
               ) -> ReferenceSet | None:
         url = os.fspath(url)
-        store = open_store(os.path.abspath(local_path(url)) if is_local(url, storage_options) else url,
-                           storage_options)
+        opener = Opener(storage_options, self.head_bytes)  # opens the file and any read beside it
+        store = opener.store(url)
         if isinstance(store, LocalStore) and os.path.isdir(store.root):
-            if _zarr_store(store):
-                return self._scan_store(store.root, storage_options)
-            if not strict:
-                return None
-            _refuse_directory(store, url)
-        # what the references name: local files by absolute path, others as given
+            return self._scan_directory(opener, store, url, strict)
         try:
-            sf = ScanFile(store, self.head_bytes, name=store.root if isinstance(store, LocalStore) else url)
+            sf = opener.open(url, store=store)
         except (FileNotFoundError, IsADirectoryError):
             if not strict:
                 return None  # the reference readers say what it is (a parquet set, a missing file)
             if _is_dir(store):  # asked only when there is no such file: a request
-                if _zarr_store(store):
-                    return self._scan_store(url, storage_options)
-                _refuse_directory(store, url)
+                return self._scan_directory(opener, store, url, strict)
             raise
-        with sf:
+        with opener:
             self.files += 1
             try:
                 cls = detect_scanner(sf.file, sf.size)
@@ -147,35 +140,38 @@ class Scan:
                     return None
                 raise Unsupported(f"{url}: {e}") from None
             sf.file.seek(0)
-            try:
-                rs = self.scanner(cls)(sf)
-            except RefsetError as e:  # named by its file (a variable's error says only the variable)
-                err = located(e, url)
-                if err is e:
-                    raise
-                raise err from e.__cause__
-            except Exception as e:  # a library's own (h5py's OSError, KeyError...): named and explained
-                if sf.failure is not None:  # a read failed under it: that is the error
-                    raise sf.failure from None
-                raise InvalidFile(f"{url}: cannot be scanned: {type(e).__name__}: {e}") from e
-            finally:
-                self.requests += sf.requests
-                self.nbytes += sf.nbytes
-                self.rounds = max(self.rounds, sf.rounds)
-            rs = _fingerprinted(rs, sf)
+            rs = _fingerprinted(self._run(cls, sf, opener, url), sf)
             return rs if sf.local else _keep_small_values(rs, sf)
 
-    def _scan_store(self, url: str, storage_options: Mapping[str, Any] | None) -> ReferenceSet:
-        from refset.scan.zarrstore import scan_store
+    def _scan_directory(self, opener: Opener, store: ByteStore, url: str, strict: bool) -> ReferenceSet | None:
+        """A directory: scanned by the scanner whose kind it is (a zarr store), else refused (None
+        when not ``strict``)."""
+        from refset.scan.registry import scanner_for_directory
 
-        self.files += 1
+        cls = scanner_for_directory(store)
+        if cls is None:
+            if not strict:
+                return None
+            _refuse_directory(store, url)
+        assert cls is not None  # refused otherwise
+        with opener:
+            self.files += 1
+            return self._run(cls, opener.open_directory(url, store=store), opener, url)
+
+    def _run(self, cls: type[Scanner], sf: ScanFile, opener: Opener, url: str) -> ReferenceSet:
+        """The run's scanner of class ``cls`` over ``sf``, its errors named by ``url``, its costs counted."""
         try:
-            return scan_store(url, storage_options)
-        except RefsetError as e:
-            err = located(e, url)
-            if err is e:
+            return self.scanner(cls)(sf)
+        except RefsetError as e:  # named by its file (a variable's error says only the variable); anything
+            err = located(e, url)  # else is a bug (a library's errors are the file's fault where the
+            if err is e:  # scanner calls it: InvalidFile), and propagates as it is
                 raise
             raise err from e.__cause__
+        finally:
+            requests, nbytes, rounds = opener.costs()
+            self.requests += requests
+            self.nbytes += nbytes
+            self.rounds = max(self.rounds, rounds)
 
     def many(self, urls: Iterable[str | os.PathLike[str]], storage_options: Mapping[str, Any] | None = None,
              *, concurrency: int | None = None) -> Iterator[ReferenceSet]:
@@ -341,24 +337,35 @@ def detect_scanner(f: Any, size: int) -> type[Scanner]:
     read_at = file_reader(f)
     found = scanner_for(read_at, size)
     if found is None:
-        head = read_at(0, 16)
-        if starts_like_refs(head) and head.strip():
-            raise Unsupported("is a reference set (JSON or packed), not a NetCDF/HDF5 file: scan takes data "
-                              "files; `refset convert` rewrites a set, `refset combine` joins sets")
-        raise Unsupported(f"not a NetCDF3, NetCDF4 or HDF5 file (first bytes {head[:8]!r})")
+        raise Unsupported(_not_data(describe(read_at, size)))
     return found
 
 
-def _zarr_store(store: ByteStore) -> bool:
-    """Whether a directory is a zarr store (a group or array at its top)."""
-    try:
-        return any(store.exists(n) for n in ZARR_STORE_FILES)
-    except Exception:
-        return False
+def _not_data(kind: Kind) -> str:
+    """What to say of a file or directory of ``kind`` given to scan (no scanner reads it)."""
+    if kind.refs:
+        return (f"is {kind.text}, not a data file: scan takes data files; `refset convert` rewrites a set, "
+                "`refset combine` joins sets")
+    if kind.name == "directory":
+        return "is a directory, not a data file: scan takes data files (a glob such as DIR/*.nc scans its files)"
+    if kind.name == "idx":
+        return f"is {kind.text}: scan its GRIB file, which reads it"
+    return (f"not a NetCDF3, NetCDF4 or HDF5 file, nor another kind refset scans (GRIB, TIFF, FITS, HDF4, "
+            f"DMR++, a zarr store): {kind.text}")
 
 
-def _refuse_directory(store: ByteStore, url: str) -> None:
-    raise Unsupported(f"{url}: {_what_directory(store)}, not a NetCDF/HDF5 file: scan takes data files")
+def _refuse_directory(store: ByteStore, url: str) -> NoReturn:
+    """The error for a directory no scanner reads: what it is (a parquet set, just a directory)."""
+    def has(name: str) -> bool:
+        try:
+            return store.exists(name)
+        except Exception:  # a server refusing the probe: not there, rather than fail differently
+            return False
+
+    def read(name: str) -> bytes:
+        return bytes(store.read(name, 0, 4096))
+
+    raise Unsupported(f"{url}: {_not_data(describe_directory(has, read))}")
 
 
 def _is_dir(store: ByteStore) -> bool:
@@ -366,17 +373,3 @@ def _is_dir(store: ByteStore) -> bool:
         return store.isdir()
     except Exception:  # the server failing again: the first error is the one to report
         return False
-
-
-def _what_directory(store: ByteStore) -> str:
-    """What a directory given to scan is: a parquet reference set, a zarr store, or just a directory."""
-    if store.exists(".zmetadata"):
-        try:
-            if b"record_size" in store.read(".zmetadata", 0, 4096):
-                return "is a parquet reference set (`refset convert` rewrites it, `refset combine` joins sets)"
-        except OSError:
-            pass
-    found = [n for n in ZARR_STORE_FILES if store.exists(n)]
-    if found:
-        return f"is a zarr store ({found[0]})"
-    return "is a directory (a glob such as DIR/*.nc scans its files)"

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from refset.abc.scanner import Scanner
+from refset.abc.scanner import INLINE_THRESHOLD, Scanner
 from refset.errors import Unsupported
-from refset.scan.writer import INLINE_THRESHOLD, common_options
 
 __all__ = ["FlatScanner"]
 
@@ -16,13 +15,9 @@ class FlatScanner(Scanner):
     other scanners (``max_inline``) are accepted and unused, so that one option set scans any file."""
 
     options: ClassVar[frozenset[str]] = frozenset({"group", "max_inline"})
-    #: How messages name the format ("NetCDF3", "TIFF"...); the scanner's name by default.
-    title: ClassVar[str] = ""
 
     def __init__(self, *, inline_threshold: int = INLINE_THRESHOLD, drop_variables: Any = (),
                  subchunk: int | None = None, group: str | None = None, max_inline: int | None = None) -> None:
-        self.inline_threshold, self.drop, self.subchunk = common_options(inline_threshold, drop_variables,
-                                                                         subchunk)
+        super().__init__(inline_threshold=inline_threshold, drop_variables=drop_variables, subchunk=subchunk)
         if group not in (None, "", "/"):
             raise Unsupported(f"group={group!r}: {self.title or self.name} files have no groups")
-        self.config = {"inline_threshold": inline_threshold, "drop_variables": self.drop, "subchunk": subchunk}

@@ -1,6 +1,8 @@
-"""The scanners refset knows: the built-in ones (HDF5/NetCDF4, NetCDF3) and those installed under the
-``refset.scanners`` entry-point group (each a :class:`~refset.abc.scanner.Scanner` subclass). A file's
-kind is told by its content (:meth:`Scanner.probe`), never its name; scanners are imported on first use.
+"""The scanners refset knows: the built-in ones (HDF5/NetCDF4, NetCDF3, TIFF, GRIB, FITS, DMR++, HDF4, and
+zarr stores) and those installed under the ``refset.scanners`` entry-point group (each a
+:class:`~refset.abc.scanner.Scanner` subclass). A file's kind is told by its content
+(:meth:`Scanner.probe`), a directory's by what it holds (:meth:`Scanner.probe_directory`), never a
+name; scanners are imported on first use.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ import importlib
 import warnings
 from collections.abc import Callable
 
+from refset.abc.bytestore import ByteStore
 from refset.abc.scanner import Scanner
 
-__all__ = ["scanners", "scanner_for", "ENTRY_POINTS"]
+__all__ = ["scanners", "scanner_for", "scanner_for_directory", "ENTRY_POINTS"]
 
 #: The entry-point group other packages add scanners to (``name = "package.module:ScannerClass"``).
 ENTRY_POINTS = "refset.scanners"
@@ -26,6 +29,7 @@ _BUILTIN = (  # asked in this order: HDF5's probe, which looks for a superblock 
     ("dmrpp", "refset.scan.dmrpp.scanner:DmrppScanner"),
     ("hdf4", "refset.scan.hdf4.scanner:Hdf4Scanner"),
     ("hdf5", "refset.scan.hdf5.scanner:HDF5Scanner"),
+    ("zarr", "refset.scan.zarrstore:ZarrScanner"),  # directories
 )
 
 
@@ -61,6 +65,14 @@ def scanners() -> tuple[type[Scanner], ...]:
 def scanner_for(read_at: Callable[[int, int], bytes], size: int) -> type[Scanner] | None:
     """The class of the scanner whose kind the file is (``read_at(offset, n)``: its bytes), or None."""
     for cls in scanners():
-        if cls.probe(read_at, size):
+        if not cls.directory and cls.probe(read_at, size):
+            return cls
+    return None
+
+
+def scanner_for_directory(store: ByteStore) -> type[Scanner] | None:
+    """The class of the scanner whose kind the directory at ``store`` is (a zarr store), or None."""
+    for cls in scanners():
+        if cls.directory and cls.probe_directory(store):
             return cls
     return None

@@ -1,76 +1,25 @@
-"""What every scanner hands over: zarr v2 metadata as kerchunk writes it, JSON-safe attributes and
-fill values, and chunk columns collected per array into one ``ReferenceSet.from_arrays`` call.
-
-Chunks below the inline threshold are read in one batched ``cat_ranges`` call at the end, so a
-remote scan costs one round of requests for all of them.
+"""What scanners share to hand over their arrays: JSON-safe attributes (:func:`json_value`,
+:func:`json_attrs`), the error for a variable that cannot be referenced (:func:`cannot`), sub-chunk rows
+(:func:`split_rows`). The writer that collects the arrays is :class:`refset.model.setwriter.SetWriter`;
+the options every scanner takes and the names to drop are :mod:`refset.abc.scanner`'s (both are
+re-exported here for the scanners written against this module).
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
-from refset.errors import InvalidReferences, Unsupported
-from refset.model.array import Array
-from refset.model.dtypes import fill_json
-from refset.model.inline import InlineBytes
-from refset.model.keys import ChunkGrid
-from refset.model.metadata import ArrayMetadata
-from refset.model.refset import ReferenceSet
-from refset.model.table import INLINE, RANGE, ChunkTable, sparse_grid
+from refset.abc.scanner import INLINE_THRESHOLD, DropList, UnusedDropWarning, common_options
+from refset.errors import Unsupported
+from refset.model.setwriter import SetWriter, zarr_fill
 
 __all__ = ["SetWriter", "json_value", "json_attrs", "zarr_fill", "cannot", "split_rows", "INLINE_THRESHOLD",
            "UnusedDropWarning", "DropList", "common_options"]
-
-
-#: Chunks smaller than this many bytes are stored in the set (see docs/scan.md for the measurement).
-INLINE_THRESHOLD = 500
-
-
-class UnusedDropWarning(UserWarning):
-    """A name in ``drop_variables`` that is no variable of the scanned file (a typo, or a list meant
-    for other files). ``names``: those names; ``url``: the file."""
-
-    def __init__(self, names: list[str], url: str) -> None:
-        self.names, self.url = names, url
-        super().__init__(f"drop_variables: no variable {', '.join(map(repr, names))} in {url}")
-
-
-class DropList(set[str]):
-    """The names to drop in one file, remembering which of them the scanner asked about and found."""
-
-    def __init__(self, names: Iterable[str]) -> None:
-        super().__init__(names)
-        self.found: set[str] = set()
-
-    def __contains__(self, name: object) -> bool:
-        hit = super().__contains__(name)
-        if hit:
-            self.found.add(str(name))
-        return hit
-
-    def warn_unused(self, url: str) -> None:
-        """One :class:`UnusedDropWarning` for the names the file lacked."""
-        import warnings
-
-        if self - self.found:
-            warnings.warn(UnusedDropWarning(sorted(self - self.found), url), stacklevel=4)
-
-
-def common_options(inline_threshold: int, drop_variables: Iterable[str] | str,
-                   subchunk: int | None) -> tuple[int, tuple[str, ...], int | None]:
-    """The options every scanner takes, checked: ``(inline_threshold, drop_variables, subchunk)``."""
-    if isinstance(inline_threshold, bool) or not isinstance(inline_threshold, int) or inline_threshold < 0:
-        raise ValueError(f"inline_threshold: must be >= 0, got {inline_threshold}")
-    if subchunk is not None and (isinstance(subchunk, bool) or not isinstance(subchunk, int) or subchunk <= 0):
-        raise ValueError(f"subchunk: must be a positive number of bytes, got {subchunk}")
-    names = (drop_variables,) if isinstance(drop_variables, str) else tuple(drop_variables)
-    return inline_threshold, names, subchunk
 
 
 def cannot(variable: str, reason: str) -> Unsupported:
@@ -116,28 +65,6 @@ def json_attrs(attrs: Iterable[tuple[str, Any]], skip: frozenset[str] = frozense
     return {k: json_value(v) for k, v in attrs if k not in skip}
 
 
-def zarr_fill(value: Any, dtype: np.dtype) -> tuple[Any, Any]:
-    """``(fill value for .zarray, _FillValue to keep in .zattrs or None)`` for a netCDF ``_FillValue``.
-
-    An integer variable whose ``_FillValue`` is a float (NetCDF3 writers other than netCDF-C allow it)
-    keeps its meaning for xarray: an integral value in range is the fill; NaN is none (xarray drops
-    it: no integer equals it, so casting it would have made every stored 0 a fill); any other value
-    (1e20, 0.5) masks nothing but makes xarray decode to floats, so it stays an attribute beside a
-    null zarr fill value."""
-    if value is None or dtype.kind not in "iu":
-        return value, None
-    v = np.asarray(value).reshape(-1)[0] if np.ndim(value) else value
-    if isinstance(v, np.floating | float):
-        f = float(v)
-        if math.isnan(f):
-            return None, None
-        info = np.iinfo(dtype)
-        if not (math.isfinite(f) and f.is_integer() and info.min <= f <= info.max):
-            return None, f
-        return int(f), None
-    return value, None
-
-
 def split_rows(shape: tuple[int, ...], itemsize: int, limit: int | None) -> int:
     """Rows per sub-chunk: the largest divisor of ``shape[0]`` whose rows fit in ``limit`` bytes."""
     if not shape:
@@ -161,150 +88,3 @@ def split_rows(shape: tuple[int, ...], itemsize: int, limit: int | None) -> int:
     return best
 
 
-#: Metadata texts kept per header memo: one object header's variable, in the versions its files
-#: give (more means attribute values that change file by file: the store starts over).
-_MEMO_ARRAYS = 8
-_ZGROUP = b'{"zarr_format":2}'  # compact JSON, as every document refset writes
-
-
-class SetWriter:
-    """Collects a scan's groups and arrays, then builds the set: each array's chunk table is made
-    from its columns directly (dense, one URL), only the metadata goes through the checked path."""
-
-    def __init__(self, url: str, inline_threshold: int) -> None:
-        self.url = url
-        self.inline_threshold = inline_threshold
-        self.metadata: dict[str, Any] = {".zgroup": _ZGROUP}  # group documents
-        self.arrays_meta: dict[str, ArrayMetadata] = {}
-        # per array: grid, kind, offset, length (flat, zero where not a range), inline flats and bytes
-        # (a dense grid's columns; sparse: the flat indices of the chunks present, last)
-        self.arrays: dict[str, tuple[ChunkGrid, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray],
-                                     list[bytes], np.ndarray | None]] = {}
-        self._small: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def group(self, path: str, attrs: Mapping[str, Any]) -> None:
-        pre = f"{path}/" if path else ""
-        if path:
-            self.metadata[f"{pre}.zgroup"] = _ZGROUP
-        if attrs:
-            self.metadata[f"{pre}.zattrs"] = dict(attrs)
-
-    def array(
-        self,
-        path: str,
-        *,
-        shape: tuple[int, ...],
-        chunks: tuple[int, ...],
-        dtype: np.dtype,
-        fill_value: Any,
-        filters: list[dict[str, Any]] | None,
-        attrs: Mapping[str, Any],
-        dims: list[str],
-        offset: np.ndarray | None = None,
-        length: np.ndarray | None = None,
-        inline: Mapping[int, bytes] | None = None,
-        memo: tuple[dict[Any, Any], Any] | None = None,
-    ) -> None:
-        """One array: ``offset``/``length`` shaped like the chunk grid (``length == 0``: absent) into
-        the scanned file; ``inline``: flat chunk index -> the chunk's stored bytes. ``memo``:
-        ``(store, variant)``: the metadata text is kept in ``store`` and reused for the same path,
-        dims, shape, chunks, dtype, filters and fill value: the caller's promise is that ``attrs``
-        are then the same too (``store`` is the memo of a header's bytes, ``variant`` what else
-        the attributes were read from)."""
-        if path in self.arrays_meta:  # a scanner naming two arrays alike would lose one silently
-            raise InvalidReferences(f"arrays[{json.dumps(path)}]: given twice")
-        fill_value, kept = zarr_fill(fill_value, dtype)
-        if kept is not None:
-            attrs = {**attrs, "_FillValue": kept}
-        fill = fill_json(fill_value, dtype)
-        key = None
-        if memo is not None:
-            store = memo[0].setdefault("zarr", {})
-            key = (path, tuple(dims), memo[1], tuple(shape), tuple(chunks), dtype, repr(filters), repr(fill))
-            got = store.get(key)
-            if got is not None:
-                self.arrays_meta[path] = got
-                self._columns(path, got.grid, offset, length, inline)
-                return
-        try:
-            meta = ArrayMetadata.build(shape=shape, chunks=chunks, dtype=dtype, fill_value=fill,
-                                       filters=filters, attributes=attrs, dimension_names=dims)
-        except InvalidReferences as e:
-            raise InvalidReferences(f"arrays[{json.dumps(path)}]: {e}") from None
-        if key is not None:
-            if len(store) >= _MEMO_ARRAYS:
-                store.clear()
-            store[key] = meta
-        self.arrays_meta[path] = meta
-        self._columns(path, meta.grid, offset, length, inline)
-
-    def _columns(self, path: str, grid: ChunkGrid, offset: np.ndarray | None, length: np.ndarray | None,
-                 inline: Mapping[int, bytes] | None) -> None:
-        n = grid.nchunks
-        if offset is None or length is None:  # nothing in the file: only inline chunks, kept sparse
-            got = dict(inline or {})
-            flat = np.sort(np.fromiter(got, np.int64, len(got)))
-            z = np.zeros(flat.size, np.int64)
-            self.arrays[path] = (grid, np.full(flat.size, INLINE, np.uint8), z, z, [flat] if flat.size else [],
-                                 [got[f] for f in flat.tolist()], flat)
-            return
-        else:
-            off = np.asarray(offset, np.int64).reshape(-1)
-            ln = np.asarray(length, np.int64).reshape(-1)
-            if off.size != n or ln.size != n:
-                raise InvalidReferences(f"arrays[{json.dumps(path)}]: {off.size} offsets and {ln.size} "
-                                        f"lengths for the {n} chunks of grid {grid.grid_shape}")
-        kind = (ln > 0).astype(np.uint8)
-        kind *= np.uint8(RANGE)
-        inl_flat = [np.fromiter(inline, np.int64, len(inline))] if inline else []
-        inl_data = list(inline.values()) if inline else []
-        if inline:
-            kind[inl_flat[0]] = INLINE
-        small = np.flatnonzero((kind == RANGE) & (ln < self.inline_threshold))
-        if small.size:
-            self._small.append((path, small, off[small], ln[small]))
-            kind[small] = INLINE
-        located = kind == RANGE
-        if not located.all():
-            off = np.where(located, off, 0)
-            ln = np.where(located, ln, 0)
-        self.arrays[path] = (grid, kind, off, ln, inl_flat, inl_data, None)
-
-    def ranges(self) -> tuple[np.ndarray, np.ndarray]:
-        """(offsets, lengths) of every byte range the arrays reference in the file, small chunks to
-        be read included."""
-        offs = [off[kind == RANGE] for _g, kind, off, _ln, *_ in self.arrays.values()]
-        lens = [ln[kind == RANGE] for _g, kind, _off, ln, *_ in self.arrays.values()]
-        offs += [s[2] for s in self._small]
-        lens += [s[3] for s in self._small]
-        z = np.zeros(0, np.int64)
-        return (np.concatenate(offs) if offs else z), (np.concatenate(lens) if lens else z)
-
-    def build(self, read_ranges: Callable[[list[int], list[int]], list[bytes]]) -> ReferenceSet:
-        """Read the small chunks (``read_ranges(offsets, lengths)``, one batch) and build the set."""
-        if self._small:
-            offs = np.concatenate([s[2] for s in self._small])
-            lens = np.concatenate([s[3] for s in self._small])
-            data = read_ranges(offs.tolist(), lens.tolist())
-            at = 0
-            for apath, flat, _, _ in self._small:
-                entry = self.arrays[apath]
-                entry[4].append(flat)
-                entry[5].extend(data[at:at + flat.size])
-                at += flat.size
-        tables = {}
-        for path, (grid, kind, off, ln, inl_flat, inl_data, present) in self.arrays.items():
-            inline = (InlineBytes.from_values(np.concatenate(inl_flat), inl_data) if inl_flat
-                      else InlineBytes.empty())
-            count = int(np.count_nonzero(kind))
-            if present is not None:  # sparse already: the flat indices of the chunks present
-                tables[path] = ChunkTable.from_entries(grid, present, kind, np.zeros(present.size, np.uint16), off,
-                                                       ln, inline)
-            elif sparse_grid(grid.nchunks, count):
-                f = np.flatnonzero(kind)
-                tables[path] = ChunkTable.from_entries(grid, f, kind[f], np.zeros(f.size, np.uint16), off[f],
-                                                       ln[f], inline)
-            else:
-                tables[path] = ChunkTable(grid, kind, np.zeros(grid.nchunks, np.uint16), off, ln, inline)
-        arrays = {p: Array(self.arrays_meta[p], t) for p, t in tables.items()}
-        return ReferenceSet.from_arrays(self.metadata, arrays, [self.url], validate=False)

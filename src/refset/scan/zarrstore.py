@@ -1,4 +1,6 @@
-"""Zarr stores (v2 and v3, local or on any listable fsspec file system) -> reference sets.
+"""Zarr stores (v2 and v3, local or on any listable fsspec file system) -> reference sets: the
+:class:`ZarrScanner`, the registry's scanner of directories (a store is told by a ``.zgroup``,
+``.zarray`` or ``zarr.json`` at its top).
 
 Every group's and array's metadata documents are kept as they are; every chunk becomes a byte range
 ``(chunk file, 0, size)`` (sizes from the listing: no chunk is read). A sharded zarr v3 array becomes
@@ -9,7 +11,10 @@ nor chunks of an array (a consolidated ``.zmetadata``, stray files) are left out
 
 Refused naming the array: codecs around the shards (a shard compressed as a whole), shard indexes
 written with codecs other than little-endian ``bytes`` (and ``crc32c``), nested sharding; an index
-whose entries point past the end of their shard is :class:`~refset.errors.InvalidFile`.
+whose entries point past the end of their shard, a shard smaller than its index, a ``zarr.json`` that
+is no JSON are :class:`~refset.io.scanfile.Broken` (the scan's ``InvalidFile`` naming the store).
+``drop_variables`` leaves arrays out by path or name; ``inline_threshold`` does not apply (a chunk is a
+file of its own, referenced whole by its listed size).
 """
 
 from __future__ import annotations
@@ -18,25 +23,64 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.errors import InvalidFile, Unsupported
+from refset.abc.bytestore import ByteStore
+from refset.abc.scanner import INLINE_THRESHOLD, DropList, Scanner
+from refset.errors import Unsupported
+from refset.io.magic import ZARR_STORE_FILES
+from refset.io.scanfile import Broken, ScanFile
 from refset.model.metadata import ArrayMetadata
-from refset.model.refset import ReferenceSet
-from refset.model.table import INLINE, RANGE, ChunkTable, KeyTable
+from refset.model.setwriter import SetWriter
+from refset.model.table import RANGE, ChunkTable
 from refset.model.versions import codec_name
 
-__all__ = ["scan_store", "MAX_KEYS"]
+__all__ = ["ZarrScanner", "MAX_KEYS"]
 
 MAX_KEYS = 50_000_000
 _META = (".zarray", ".zgroup", ".zattrs", "zarr.json")
 _EMPTY = (1 << 64) - 1
 
 
-def scan_store(url: str, storage_options: Mapping[str, Any] | None = None) -> ReferenceSet:
-    """The reference set of the zarr store at ``url``."""
+class ZarrScanner(Scanner):
+    """Zarr stores, v2 and v3 (sharded too): a directory holding a group or an array at its top, local
+    or on a listable file system. ``group`` may only name the root (scan the group's directory);
+    ``max_inline`` is accepted and unused, so that one option set scans any input."""
+
+    name: ClassVar[str] = "zarr"
+    title: ClassVar[str] = "zarr"
+    directory: ClassVar[bool] = True
+    options: ClassVar[frozenset[str]] = frozenset({"group", "max_inline"})
+
+    def __init__(self, *, inline_threshold: int = INLINE_THRESHOLD, drop_variables: Any = (),
+                 subchunk: int | None = None, group: str | None = None, max_inline: int | None = None) -> None:
+        super().__init__(inline_threshold=inline_threshold, drop_variables=drop_variables, subchunk=subchunk)
+        if group not in (None, "", "/"):
+            raise Unsupported(f"group={group!r}: a zarr store's group is scanned as a store of its own (its "
+                              "directory)")
+
+    @classmethod
+    def sniff(cls, head: bytes) -> bool:
+        # docstring inherited: a store is a directory, never a file
+        return False
+
+    @classmethod
+    def probe_directory(cls, store: ByteStore) -> bool:
+        # docstring inherited
+        try:
+            return any(store.exists(n) for n in ZARR_STORE_FILES)
+        except Exception:  # a server refusing the probe: not a store, rather than fail differently
+            return False
+
+    def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
+        # docstring inherited: every array's chunks are its files, listed with their sizes
+        _walk(file.url, file.opener.storage_options, out, drop)
+
+
+def _walk(url: str, storage_options: Mapping[str, Any], out: SetWriter, drop: DropList) -> None:
+    """The store at ``url`` into ``out``: its documents as they are, its arrays given whole."""
     import fsspec
 
     local = "://" not in url or url.startswith("file://")
@@ -59,6 +103,7 @@ def scan_store(url: str, storage_options: Mapping[str, Any] | None = None) -> Re
         return full if local else fs.unstrip_protocol(full)
 
     arrays: dict[str, ArrayMetadata] = {}
+    dropped: set[str] = set()
     for k, text in docs.items():
         head, _, name = k.rpartition("/")
         if name == ".zarray":
@@ -67,24 +112,21 @@ def scan_store(url: str, storage_options: Mapping[str, Any] | None = None) -> Re
             try:
                 node = json.loads(text)
             except ValueError:
-                raise InvalidFile(f"{url_of(k)}: not JSON") from None
+                raise Broken(f"{k}: not JSON") from None
             if not (isinstance(node, dict) and node.get("node_type") == "array"):
                 continue  # a group
             m = ArrayMetadata.parse(name, text)
         else:
             continue
+        if head in drop or head.rsplit("/", 1)[-1] in drop:
+            dropped.add(head)
+            continue
         if m is None:
             raise Unsupported(f"{url_of(k)}: an array refset does not index (no regular chunk grid)")
         arrays[head] = m
-    other: dict[str, tuple[int, int, int, int, bytes | None]] = {}
-    for k, text in docs.items():
-        head, _, name = k.rpartition("/")
-        if head in arrays:
-            continue
-        other[k] = (INLINE, 0, 0, 0, text)
-    urls: list[str] = []
-    tables: dict[str, ChunkTable] = {}
-    out_meta: dict[str, Any] = {}
+    out.info = {"format": "zarr store", "name": url}
+    out.documents({k: text for k, text in docs.items()
+                   if k.rpartition("/")[0] not in arrays and k.rpartition("/")[0] not in dropped})
     under: dict[str, list[str]] = {}
     for k in sizes:
         if k.rsplit("/", 1)[-1] in _META:
@@ -108,16 +150,12 @@ def scan_store(url: str, storage_options: Mapping[str, Any] | None = None) -> Re
         if shard is not None:
             shards_to_read.append((path, m, flat, keys, shard))
             continue
-        base = len(urls)
-        urls.extend(url_of(k) for k in keys)
         n = flat.size
-        tables[path] = ChunkTable.from_entries(m.grid, flat, np.full(n, RANGE, np.uint8), np.arange(base, base + n),
-                                               np.zeros(n, np.int64), np.array([sizes[k] for k in keys], np.int64))
-        out_meta.update(_documents(path, m))
+        ids = out.file_ids([url_of(k) for k in keys])
+        out.table(path, m, ChunkTable.from_entries(m.grid, flat, np.full(n, RANGE, np.uint8), ids,
+                                                   np.zeros(n, np.int64), np.array([sizes[k] for k in keys], np.int64)))
     if shards_to_read:
-        _shards(shards_to_read, sizes, url_of, urls, tables, out_meta, storage_options, url)
-    return ReferenceSet.from_arrays(out_meta, tables, urls, other=KeyTable.from_items(other),
-                                    info={"format": "zarr store", "name": url})
+        _shards(shards_to_read, sizes, url_of, out, storage_options, url)
 
 
 def _owner(key: str, arrays: Mapping[str, ArrayMetadata]) -> str | None:
@@ -128,11 +166,6 @@ def _owner(key: str, arrays: Mapping[str, ArrayMetadata]) -> str | None:
         if head in arrays:
             return head
     return None
-
-
-def _documents(path: str, m: ArrayMetadata) -> dict[str, Any]:
-    pre = f"{path}/" if path else ""
-    return {pre + name: text for name, text in m.documents().items()}
 
 
 def _sharding(m: ArrayMetadata) -> dict[str, Any] | None:
@@ -150,8 +183,8 @@ def _sharding(m: ArrayMetadata) -> dict[str, Any] | None:
 
 
 def _shards(work: list[tuple[str, ArrayMetadata, np.ndarray, list[str], dict[str, Any]]],
-            sizes: Mapping[str, int], url_of: Any, urls: list[str], tables: dict[str, ChunkTable],
-            out_meta: dict[str, Any], storage_options: Mapping[str, Any] | None, url: str) -> None:
+            sizes: Mapping[str, int], url_of: Any, out: SetWriter, storage_options: Mapping[str, Any] | None,
+            url: str) -> None:
     """The inner chunks of sharded arrays, from their shards' indexes (read in one round)."""
     from refset.io.store import read_many
 
@@ -179,7 +212,7 @@ def _shards(work: list[tuple[str, ArrayMetadata, np.ndarray, list[str], dict[str
         for k in keys:
             size = sizes[k]
             if size < nbytes:
-                raise InvalidFile(f"{url_of(k)}: a shard of {size} bytes, smaller than its index ({nbytes})")
+                raise Broken(f"{k}: a shard of {size} bytes, smaller than its index ({nbytes})")
             start = 0 if at_start else size - nbytes
             reads.append((url_of(k), start, start + 16 * math.prod(per_shard)))
         plans.append((path, m, flat, keys, inner, per_shard, inner_codecs))
@@ -204,19 +237,17 @@ def _shards(work: list[tuple[str, ArrayMetadata, np.ndarray, list[str], dict[str
             o = index[present][:, 0].astype(np.int64)
             n = index[present][:, 1].astype(np.int64)
             if ((index[present][:, 0] >= 1 << 62) | (o + n > sizes[k])).any():
-                raise InvalidFile(f"{url_of(k)}: a shard index entry points past the end of its shard")
+                raise Broken(f"{k}: a shard index entry points past the end of its shard")
             glob = local + np.asarray(shard_at) * np.asarray(per_shard)
             inside = (glob < np.asarray(igrid)).all(axis=1)  # inner chunks past the array's edge
             glob, o, n = glob[inside], o[inside], n[inside]
             flats.append(np.ravel_multi_index(tuple(glob.T), igrid))
-            pids.append(np.full(glob.shape[0], len(urls), np.int64))
-            urls.append(url_of(k))
+            pids.append(np.full(glob.shape[0], out.file_ids([url_of(k)])[0], np.int64))
             offs.append(o)
             lens.append(n)
         ff = _cat(flats)
-        tables[path] = ChunkTable.from_entries(im.grid, ff, np.full(ff.size, RANGE, np.uint8), _cat(pids), _cat(offs),
-                                               _cat(lens))
-        out_meta.update(_documents(path, im))
+        out.table(path, im, ChunkTable.from_entries(im.grid, ff, np.full(ff.size, RANGE, np.uint8), _cat(pids),
+                                                    _cat(offs), _cat(lens)))
 
 
 def _cat(parts: list[np.ndarray]) -> np.ndarray:

@@ -134,8 +134,10 @@ class FormTests:
 
 class ScannerTests:
     """The conformance suite of a scanner. Subclasses set ``scanner`` (the class) and implement
-    :meth:`make_files` (files of the kind, each with the values its format's own reader gives) and
-    :meth:`other_file` (a file of another kind)."""
+    :meth:`make_files` (files of the kind, or directories for a scanner of directories, each with the
+    values its format's own reader gives) and
+    :meth:`other_file` (a file of another kind), and :meth:`referenced_files` where the set names other
+    files than the one scanned."""
 
     scanner: ClassVar[type[Scanner]]
 
@@ -144,6 +146,14 @@ class ScannerTests:
         them (the oracle)."""
         raise NotImplementedError
 
+    def referenced_files(self, path: Path) -> set[str]:
+        """What the set of the file at ``path`` may reference: the file itself (its absolute path, or
+        as given); a directory's scanner the files in it. A sidecar's scanner names the file it
+        describes."""
+        if path.is_dir():
+            return {str(p) for p in path.resolve().rglob("*") if p.is_file()}
+        return {str(path.resolve()), str(path)}
+
     def other_file(self, tmp_path: Path) -> Path:
         """A file of another kind, which this scanner must not take."""
         p = tmp_path / "other.bin"
@@ -151,7 +161,12 @@ class ScannerTests:
         return p
 
     def test_knows_its_files_and_no_others(self, tmp_path: Path) -> None:
+        from refset.io.store import open_store
+
         for path in self.make_files(tmp_path):
+            if self.scanner.directory:  # a store: told by what the directory holds
+                assert self.scanner.probe_directory(open_store(str(path.resolve()))), path
+                continue
             head = path.read_bytes()[:HEAD]
             assert self.scanner.sniff(head), path
             with open(path, "rb") as f:
@@ -160,6 +175,10 @@ class ScannerTests:
                 assert self.scanner.probe(file_reader(f), path.stat().st_size), path
         other = self.other_file(tmp_path)
         assert not self.scanner.sniff(other.read_bytes()[:HEAD])
+        plain = tmp_path / "plain-directory"
+        plain.mkdir()
+        (plain / "other.bin").write_bytes(other.read_bytes())
+        assert not self.scanner.probe_directory(open_store(str(plain)))
 
     def test_reads_back_what_the_format_reader_reads(self, tmp_path: Path) -> None:
         from refset.scan import Scan
@@ -168,7 +187,7 @@ class ScannerTests:
         for path, want in self.make_files(tmp_path).items():
             rs = run(str(path))
             assert isinstance(rs, ReferenceSet)
-            assert set(rs.urls) <= {str(path.resolve()), str(path)}
+            assert set(rs.urls) <= self.referenced_files(path), (path, rs.urls)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ds = refset.open_dataset(rs, mask_and_scale=False, decode_times=False)
@@ -195,7 +214,7 @@ class ScannerTests:
 
 
 def _scan_file(path: Path) -> Any:
-    from refset.io.scanfile import ScanFile
-    from refset.io.store import open_store
+    from refset.io.scanfile import Opener
 
-    return ScanFile(open_store(str(path.resolve())), name=str(path.resolve()))
+    opener = Opener()
+    return opener.open_directory(str(path.resolve())) if path.is_dir() else opener.open(str(path.resolve()))

@@ -1,6 +1,7 @@
 """refset.scan of DMR++ sidecars: the set equals the scan of the HDF5 file they describe (every chunk's
-byte range) and reads h5py's values, without reading the file; relative hrefs, groups, compact data,
-and refusals naming the variable; a seeded fuzz of the XML."""
+byte range, the small ones inlined alike) and reads h5py's values, reading of the file only its small
+chunks (none with inline_threshold=0); relative hrefs, groups, compact data, and refusals naming the
+variable; the scanners' conformance suite; a seeded fuzz of the XML."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 
 import refset
 from refset.errors import InvalidFile, Unsupported
+from refset.scan.dmrpp.scanner import DmrppScanner
+from refset.testing import ScannerTests
 
 h5py = pytest.importorskip("h5py")
 
@@ -50,16 +53,20 @@ def test_the_sidecar_gives_the_files_references_and_values(tmp_path: Path) -> No
     want = _granule(h5)
     side = tmp_path / "granule.h5.dmrpp"
     write_dmrpp(h5, side)
-    rs = refset.scan(str(side))
-    assert rs.urls == (str(h5),)  # the granule, not the sidecar
-    for name, values in want.items():
-        np.testing.assert_array_equal(_values(rs, name), values, err_msg=name)
-    direct = refset.scan(str(h5), inline_threshold=0)
-    for name in ("t", "g/q", "c", "f"):
-        a, b = rs.table(name), direct.table(name)
-        assert rs.metadata[name].chunks == direct.metadata[name].chunks, name
-        np.testing.assert_array_equal(a.offset[a.kind != 0], b.offset[b.kind != 0], err_msg=name)
-        np.testing.assert_array_equal(a.length[a.kind != 0], b.length[b.kind != 0], err_msg=name)
+    for threshold in (0, 500):  # 500: small chunks (the contiguous "c") read from the granule and stored
+        rs = refset.scan(str(side), inline_threshold=threshold)
+        assert rs.urls == (str(h5),)  # the granule, not the sidecar
+        for name, values in want.items():
+            np.testing.assert_array_equal(_values(rs, name), values, err_msg=name)
+        direct = refset.scan(str(h5), inline_threshold=threshold)
+        for name in ("t", "g/q", "c", "f"):
+            a, b = rs.table(name), direct.table(name)
+            assert rs.metadata[name].chunks == direct.metadata[name].chunks, name
+            np.testing.assert_array_equal(a.kind, b.kind, err_msg=name)
+            np.testing.assert_array_equal(a.offset[a.kind != 0], b.offset[b.kind != 0], err_msg=name)
+            np.testing.assert_array_equal(a.length[a.kind != 0], b.length[b.kind != 0], err_msg=name)
+            assert dict(a.inline) == dict(b.inline), name
+    assert rs.table("c").kind.tolist() == [3]  # INLINE: 96 bytes, below the threshold
     ds = refset.open_dataset(rs)
     assert ds["t"].attrs["units"] == "K" and ds["t"].attrs["scale"] == 1.5
 
@@ -153,3 +160,49 @@ def test_dmrpp_fuzz(tmp_path: Path) -> None:
         if out not in ("read", "refset error"):
             bad.append(f"seed {seed}: {out}")
     assert not bad, "\n".join(bad[:10])
+
+
+def test_small_chunks_come_from_the_granule_in_one_round_counted_with_the_scan(tmp_path: Path) -> None:
+    """Over HTTP: the sidecar is read, then the granule's small chunks in one round through the scan's
+    opener (counted in the run's requests); with inline_threshold=0 nothing of the granule is read. A
+    granule that is not there is named, with the sidecar and what to do."""
+    from refset.errors import ReferenceNotReachable
+    from refset.scan import Scan
+    from tests.httpserver import RangeServer
+
+    h5 = tmp_path / "granule.h5"
+    want = _granule(h5)
+    side = tmp_path / "granule.dmrpp"
+    write_dmrpp(h5, side, href="granule.h5")
+    with RangeServer(tmp_path) as srv:
+        run = Scan()
+        rs = run(f"{srv.url}/granule.dmrpp")
+        assert rs.urls == (f"{srv.url}/granule.h5",)
+        assert rs.table("c").kind.tolist() == [3]  # inline: read from the granule
+        assert run.requests == srv.requests == 2 + 1, (run.requests, srv.requests)  # sidecar; granule's size; chunks
+        np.testing.assert_array_equal(np.frombuffer(rs["c/0"], "<f8"), want["c"])
+        srv.reset()
+        run = Scan(inline_threshold=0)
+        run(f"{srv.url}/granule.dmrpp")
+        assert run.requests == srv.requests == 1  # the sidecar alone
+    h5.unlink()
+    with pytest.raises(ReferenceNotReachable, match=f"the granule {side} describes.*inline_threshold=0 scans"):
+        refset.scan(str(side))
+    assert refset.scan(str(side), inline_threshold=0).urls == (str(h5),)
+
+
+class TestDmrppConformance(ScannerTests):
+    scanner = DmrppScanner
+
+    def make_files(self, tmp_path: Path) -> dict[Path, dict[str, np.ndarray]]:
+        out = {}
+        for name, href in (("abs", None), ("rel", "abs.h5")):  # the second names the first's granule
+            h5 = tmp_path / "abs.h5"
+            want = _granule(h5)
+            side = tmp_path / f"{name}.dmrpp"
+            write_dmrpp(h5, side, href=href)
+            out[side] = {"t": want["t"], "c": want["c"], "f": want["f"]}
+        return out
+
+    def referenced_files(self, path: Path) -> set[str]:
+        return {str(path.parent / "abs.h5")}  # the granule it describes

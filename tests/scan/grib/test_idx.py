@@ -66,10 +66,12 @@ def test_the_inventory_saves_reading_the_messages(tmp_path: Path) -> None:
         run = Scan(head_bytes=1024)  # the files are small: a default first read would bring all of one
         run(f"{srv.url}/{files[0].name}")
         srv.reset()
+        before = run.requests
         run(f"{srv.url}/{files[1].name}")
         size = files[1].stat().st_size
         assert srv.bytes < size / 10, (srv.bytes, size)  # its head, inventory, one message, last header
         assert srv.requests <= 4
+        assert run.requests - before == srv.requests  # the inventory's request counted with the file's
 
 
 def test_the_threads_of_many_share_what_a_file_teaches(tmp_path: Path) -> None:

@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 
 import refset
+from refset.abc.scanner import DropList
+from refset.io.scanfile import Broken, ScanFile
+from refset.io.store import LocalStore
+from refset.model.setwriter import SetWriter
 from refset.scan import Scan
-from refset.scan.hdf5.base import NotNative
 from refset.scan.hdf5.scanner import HDF5Scanner
-from refset.scan.writer import DropList
 
 h5py = pytest.importorskip("h5py")
 
@@ -318,8 +320,8 @@ def test_files_of_one_layout_reuse_parsed_headers_exactly(tmp_path: Path, n_attr
     sets = [run(str(p)) for p in paths]
     scanner = run.scanner(HDF5Scanner)
     assert scanner.fallbacks == 0
-    with open(paths[2], "rb") as f:
-        root = open_native(f, paths[2].stat().st_size, 0, None, dict(scanner.templates))
+    with ScanFile(LocalStore(str(paths[2]))) as f:
+        root = open_native(f, 0, None, dict(scanner.templates))
         reused = {name for name, _kind, node, _t in root.links() if isinstance(node.hdr, m._Reused)}
     assert {"time", "a"} <= reused  # headers that differ only in data addresses
     assert [s.to_dict() for s in sets] == [refset.scan(str(p)).to_dict() for p in paths]  # as without a memo
@@ -374,9 +376,10 @@ def _native_only(path: Path) -> tuple[str, object] | None:
     """The native pass alone, in-process (never h5py: libhdf5 can hang on corrupt files): None
     when it declines (NotNative or any error, which makes ``scan`` fall back to h5py)."""
     try:
-        with open(path, "rb") as f, warnings.catch_warnings():
+        with ScanFile(LocalStore(str(path))) as f, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            w = HDF5Scanner(inline_threshold=0).walk_native(f, str(path), DropList(()))
+            w = SetWriter(str(path), 0)
+            HDF5Scanner(inline_threshold=0).walk_native(f, w, DropList(()))
             return "ok", w.build(lambda offsets, lengths: []).to_dict()
     except Exception:
         return None
@@ -614,8 +617,8 @@ def _amplified(tmp_path: Path, kind: str) -> Path:
     with h5py.File(src, "w", libver="earliest") as f:
         f.create_dataset("v", data=np.arange(8.0), chunks=(4,))
     buf = bytearray(src.read_bytes())
-    with open(src, "rb") as fh:
-        h5 = m.H5File(fh, len(buf), 0)
+    with ScanFile(LocalStore(str(src))) as fh:
+        h5 = m.H5File(fh, 0)
         root = m.read_header(h5, h5.root)
         st = root.find(0x11)
         btree = struct.unpack("<QQ", st)[0]
@@ -653,8 +656,8 @@ def test_amplifying_b_trees_are_declined_without_reading_them_out(tmp_path: Path
     """Reading more metadata than twice the file's size ends the native pass (before, these took
     215 MB and 455 MB, and ~100 GB at the format's maxima from a 4 MB file)."""
     p = _amplified(tmp_path, kind)
-    with open(p, "rb") as f, pytest.raises(NotNative, match="read more than twice over"):
-        HDF5Scanner(inline_threshold=0).walk_native(f, str(p), DropList(()))
+    with ScanFile(LocalStore(str(p))) as f, pytest.raises(Broken, match="read more than twice over"):
+        HDF5Scanner(inline_threshold=0).walk_native(f, SetWriter(str(p), 0), DropList(()))
 
 
 def _btree_nodes(data: bytes, node_type: int) -> list[tuple[int, int]]:
@@ -1002,9 +1005,9 @@ def test_a_fallback_does_not_repeat_the_native_walks_warnings(tmp_path: Path) ->
         f.create_dataset("b", data=np.arange(100, dtype="f4"), chunks=(10,), compression="lzf")
     for timeout in (None, 60.0):
         scanner = HDF5Scanner(h5py_timeout=timeout)
-        with warnings.catch_warnings(record=True) as log, open(path, "rb") as f:
+        with warnings.catch_warnings(record=True) as log, ScanFile(LocalStore(str(path))) as f:
             warnings.simplefilter("always")
-            scanner.walk(f, str(path), DropList(()))
+            scanner.walk(f, SetWriter(str(path), 0), DropList(()))
         assert scanner.fallbacks == 1, scanner.last_fallback
         said = [str(w.message) for w in log if issubclass(w.category, RuntimeWarning)]
         assert len(said) == 1 and "overflow" in said[0], (timeout, said)

@@ -369,10 +369,12 @@ def test_sizes_past_int64_are_refused_not_wrapped(tmp_path: Path) -> None:
 
 
 def _header(p: Path):
-    from refset.scan.netcdf3.scanner import read_header
+    from refset.io.scanfile import ScanFile
+    from refset.io.store import LocalStore
+    from refset.scan.netcdf3.header import read_header
 
-    with open(p, "rb") as f:
-        return read_header(f, p.stat().st_size, str(p))
+    with ScanFile(LocalStore(str(p))) as f:
+        return read_header(f)
 
 
 if __name__ == "__main__":  # the NetCDF3 rows of the table in docs/scan.md

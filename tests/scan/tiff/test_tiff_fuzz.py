@@ -25,6 +25,7 @@ from refset.errors import RefsetError
 tifffile = pytest.importorskip("tifffile")
 imagecodecs = pytest.importorskip("imagecodecs")
 
+from tests.scan.fuzzcheck import refusal_problem  # noqa: E402
 from tests.scan.tiff.test_tiff import COGS, _pyramid, _write  # noqa: E402
 from tests.scan.tiff.test_tiff_codecs import CASES as CODEC_CASES  # noqa: E402
 from tests.scan.tiff.test_tiff_codecs import CODECS  # noqa: E402
@@ -121,7 +122,7 @@ def _case(path: Path, original: dict[str, np.ndarray | None]) -> str:
     try:
         rs = refset.scan(str(path))
     except RefsetError as e:
-        return "refset error" if str(path) in str(e) else f"error without the file's name: {e!r}"
+        return refusal_problem(str(path), e) or "refset error"  # unnamed, or an InvalidFile no Broken caused
     except Exception as e:
         return f"bare {type(e).__name__}: {e}"
     want = _oracle(path)

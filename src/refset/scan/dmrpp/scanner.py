@@ -4,8 +4,9 @@ A DMR++ file (OPeNDAP's DAP4 metadata response with ``dmrpp:`` chunk annotations
 ``build_dmrpp`` writes it beside HDF5/NetCDF4 granules) describes every chunk of every variable: its
 byte offset and size in the granule (``dmrpp:href``, resolved against the sidecar's own location when
 relative), the filters (``compressionType``: ``shuffle``, ``deflate``, ``fletcher32``, in the order
-they were applied), the fill value and byte order. The set is made from the sidecar alone: the
-granule is not read. Groups become zarr groups; ``<Dim size=N/>`` and named dimensions become
+they were applied), the fill value and byte order. The set is made from the sidecar, and the
+granule's chunks smaller than ``inline_threshold`` are read from it (opened beside the sidecar through
+the scan's opener, all in one batch); with ``inline_threshold=0`` the granule is not read at all. Groups become zarr groups; ``<Dim size=N/>`` and named dimensions become
 ``_ARRAY_DIMENSIONS``; attributes (``<Attribute><Value>``) become attributes; ``dmrpp:compact`` data is
 inlined. Refused, naming the variable: strings and other non-numeric types, filters other than those
 three, chunk positions off the chunk grid. A sidecar that is not well-formed XML or lacks what a DMR++
@@ -16,18 +17,19 @@ from __future__ import annotations
 
 import base64
 import math
-import posixpath
 import re
 import xml.etree.ElementTree as ET
 from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.errors import InvalidFile
-from refset.io.scanfile import ScanFile
-from refset.model.refset import ReferenceSet
+from refset.abc.scanner import DropList
+from refset.errors import ReferenceNotReachable
+from refset.io.magic import is_dmrpp
+from refset.io.scanfile import Broken, ScanFile, resolve
+from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
-from refset.scan.writer import DropList, SetWriter, cannot
+from refset.scan.writer import cannot
 
 __all__ = ["DmrppScanner", "MAX_BYTES"]
 
@@ -38,10 +40,6 @@ _TYPES = {"Byte": "u1", "UInt8": "u1", "Int8": "i1", "Char": "S1", "Int16": "i2"
           "UInt32": "u4", "Int64": "i8", "UInt64": "u8", "Float32": "f4", "Float64": "f8"}
 _ATTR_TYPES = {"Byte", "UInt8", "Int8", "Int16", "UInt16", "Int32", "UInt32", "Int64", "UInt64", "Float32",
                "Float64", "String", "URL"}
-
-
-class Broken(ValueError):
-    pass
 
 
 def _local(tag: str) -> str:
@@ -58,7 +56,8 @@ def _attr(el: ET.Element, name: str) -> str | None:
 
 
 class DmrppScanner(FlatScanner):
-    """DMR++ sidecar files (``.dmrpp``): the granule they describe, without reading it."""
+    """DMR++ sidecar files (``.dmrpp``): the granule they describe, reading only its chunks smaller than
+    ``inline_threshold``."""
 
     name: ClassVar[str] = "dmrpp"
     title: ClassVar[str] = "DMR++"
@@ -66,32 +65,37 @@ class DmrppScanner(FlatScanner):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         # docstring inherited
-        return head.lstrip()[:5] in (b"<?xml", b"<Data") and b"xml.opendap.org/dap/dmrpp" in head
+        return is_dmrpp(head)
 
-    def __call__(self, file: ScanFile) -> ReferenceSet:
-        # docstring inherited
+    def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> ScanFile | None:
+        # docstring inherited: the references point into the granule, opened when chunks are to be read
         if file.size > MAX_BYTES:
-            raise InvalidFile(f"{file.url}: a DMR++ of {file.size:,} bytes (more than {MAX_BYTES:,})")
-        text = file.read_at(0, file.size)
+            raise Broken(f"a DMR++ of {file.size:,} bytes (more than {MAX_BYTES:,})", titled=False)
+        text = file.read_exact(0, file.size, metadata=False)  # its references point into another file
         try:
             root = ET.fromstring(text)
         except ET.ParseError as e:
-            raise InvalidFile(f"{file.url}: not a valid DMR++ file: not well-formed XML ({e})") from None
-        drop = DropList(self.drop)
+            raise Broken(f"not well-formed XML ({e})") from None
+        except (LookupError, ValueError) as e:  # the XML parser's other refusals: an encoding it has not
+            raise Broken(f"not XML the parser reads ({type(e).__name__}: {e})") from None
+        if _local(root.tag) != "Dataset":
+            raise Broken(f"its root is <{_local(root.tag)}>, not <Dataset>")
+        href = _attr(root, "href")
+        if not href:
+            raise Broken("the <Dataset> has no dmrpp:href naming the granule")
+        granule = resolve(href, file.url)
+        # references name the granule: the writer's URL table holds it (the sidecar is not referenced)
+        out.url = granule
+        self._group(out, root, "", _declared(root, ""), granule, drop)
+        if not out.small_chunks:
+            return None  # nothing to read from the granule
         try:
-            if _local(root.tag) != "Dataset":
-                raise Broken(f"its root is <{_local(root.tag)}>, not <Dataset>")
-            href = _attr(root, "href")
-            if not href:
-                raise Broken("the <Dataset> has no dmrpp:href naming the granule")
-            granule = _resolve(href, file.url)
-            # references name the granule: the writer's URL table holds it (the sidecar is not referenced)
-            out = SetWriter(granule, 0)  # the granule is never read: nothing is inlined
-            self._group(out, root, "", _declared(root, ""), granule, drop)
-        except Broken as e:
-            raise InvalidFile(f"{file.url}: not a valid DMR++ file: {e}") from None
-        drop.warn_unused(file.url)
-        return out.build(lambda offs, lens: [b""] * len(offs))
+            return file.sibling(granule)
+        except OSError as e:
+            raise ReferenceNotReachable("", granule, f"the granule {file.url} describes, whose chunks below "
+                                        f"inline_threshold={self.inline_threshold} bytes are stored in the set "
+                                        f"({type(e).__name__}: {e}); inline_threshold=0 scans the sidecar "
+                                        "alone") from e
 
     def _group(self, out: SetWriter, el: ET.Element, path: str, dims: dict[str, int], granule: str,
                drop: DropList) -> None:
@@ -266,13 +270,3 @@ def _attributes(el: ET.Element) -> dict[str, Any]:
         if values:
             out[name] = values[0] if len(values) == 1 else values
     return out
-
-
-def _resolve(href: str, sidecar: str) -> str:
-    """The granule's URL: ``href`` as given when absolute, else beside the sidecar."""
-    if "://" in href or href.startswith("/"):
-        return href.removeprefix("file://")
-    if "://" in sidecar:
-        scheme, rest = sidecar.split("://", 1)
-        return f"{scheme}://{posixpath.normpath(posixpath.join(posixpath.dirname(rest), href))}"
-    return posixpath.normpath(posixpath.join(posixpath.dirname(sidecar), href))

@@ -1,25 +1,23 @@
 """FITS headers (FITS Standard 4.0, section 4): 2880-byte blocks of 80-character cards up to ``END``.
 
 :func:`read_header` gives a header's cards as a dict and where its data starts; a header that is not
-FITS (no ``END``, a card that is not ``KEYWORD = value``, a value FITS does not define) is :class:`Broken`.
+FITS (no ``END``, a card that is not ``KEYWORD = value``, a value FITS does not define) is
+:class:`~refset.io.scanfile.Broken`. Header blocks are read as the file's metadata.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Broken", "read_header", "int_card", "BLOCK", "DTYPES", "MAX_CARDS"]
+from refset.io.scanfile import Broken, ScanFile
+
+__all__ = ["read_header", "int_card", "BLOCK", "DTYPES", "MAX_CARDS"]
 
 BLOCK = 2880
 MAX_CARDS = 100_000  # cards of one header (astropy reads any; 3,600 blocks is far past real ones)
 DTYPES = {8: "u1", 16: ">i2", 32: ">i4", 64: ">i8", -32: ">f4", -64: ">f8"}
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([EeDd][+-]?\d+)?$")
-
-
-class Broken(ValueError):
-    pass
 
 
 def _value(text: str) -> Any:
@@ -55,18 +53,16 @@ def _value(text: str) -> Any:
     raise Broken(f"a value that is no FITS value: {v!r}")
 
 
-def read_header(read_at: Callable[[int, int], bytes], at: int, size: int) -> tuple[dict[str, Any], int]:
+def read_header(file: ScanFile, at: int) -> tuple[dict[str, Any], int]:
     """``(cards, where the data starts)`` of the header at ``at``. COMMENT and HISTORY cards are
     joined as lists; a repeated keyword keeps its last value (as astropy's ``header[key]``)."""
     cards: dict[str, Any] = {}
     pos, n = at, 0
     last: str | None = None
     while True:
-        if pos + BLOCK > size:
+        if pos + BLOCK > file.size:
             raise Broken(f"the header at byte {at} has no END card before the end of the file")
-        block = read_at(pos, BLOCK)
-        if len(block) != BLOCK:
-            raise Broken(f"the header at byte {at} is cut")
+        block = file.read_exact(pos, BLOCK)
         pos += BLOCK
         for i in range(0, BLOCK, 80):
             card = block[i:i + 80]

@@ -25,13 +25,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.errors import InvalidFile
-from refset.io.scanfile import ScanFile
-from refset.model.refset import ReferenceSet
-from refset.scan.fits.header import BLOCK, DTYPES, Broken, int_card, read_header
+from refset.abc.scanner import DropList
+from refset.io.magic import is_fits
+from refset.io.scanfile import Broken, ScanFile
+from refset.model.setwriter import SetWriter
+from refset.scan.fits.header import BLOCK, DTYPES, int_card, read_header
 from refset.scan.fits.tiled import RESERVED, Unreferenced, tiles
 from refset.scan.flat import FlatScanner
-from refset.scan.writer import DropList, SetWriter, cannot, split_rows
+from refset.scan.writer import cannot, split_rows
 
 __all__ = ["FitsScanner", "MAX_HDUS"]
 
@@ -48,19 +49,12 @@ class FitsScanner(FlatScanner):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         # docstring inherited
-        return head[:9] == b"SIMPLE  =" and head[9:30].strip() == b"T"
+        return is_fits(head)
 
-    def __call__(self, file: ScanFile) -> ReferenceSet:
-        # docstring inherited
-        drop = DropList(self.drop)
-        out = SetWriter(file.url, self.inline_threshold)
-        try:
-            skipped = self._hdus(file, out, drop)
-        except Broken as e:
-            raise InvalidFile(f"{file.url}: not a valid FITS file: {e}") from None
+    def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
+        # docstring inherited: headers are the metadata; a tile table is read as data
+        skipped = self._hdus(file, out, drop)
         out.group("", {"fits_skipped_hdus": skipped} if skipped else {})
-        drop.warn_unused(file.url)
-        return out.build(file.read_ranges)
 
     def _hdus(self, file: ScanFile, out: SetWriter, drop: DropList) -> list[str]:
         at, k = 0, 0
@@ -71,7 +65,7 @@ class FitsScanner(FlatScanner):
                 raise Broken(f"more than {MAX_HDUS} HDUs")
             if k and not file.read_at(at, 8).startswith(b"XTENSION"):
                 break  # bytes after the last HDU (astropy warns and ignores them)
-            cards, data = read_header(file.read_at, at, file.size)
+            cards, data = read_header(file, at)
             bitpix = int_card(cards, "BITPIX")
             naxis = int_card(cards, "NAXIS")
             if bitpix not in DTYPES or not 0 <= naxis <= 999:
@@ -101,10 +95,10 @@ class FitsScanner(FlatScanner):
             if xt == "BINTABLE" and cards.get("ZIMAGE") is True:
                 if int_card(cards, "ZNAXIS", 0) and name not in drop:
                     try:
-                        t = tiles(cards, data, file.read_at)
+                        t = tiles(cards, data, lambda o, n: file.read_exact(o, n, metadata=False))
                     except Unreferenced as e:
                         skipped.append(f"{name} (tile-compressed image: {e})")
-                        warnings.warn(f"{file.url}: the tile-compressed image {name!r} is left out: {e}", stacklevel=4)
+                        warnings.warn(f"{file.url}: the tile-compressed image {name!r} is left out: {e}", stacklevel=5)
                     else:
                         if "BLANK" not in cards and t.dtype.kind in "iu" and "ZBLANK" in cards:
                             # the null value, as cfitsio reads it

@@ -12,7 +12,7 @@ dithering: no zarr codec parameter holds them), tiles some rows store another wa
 (``UNCOMPRESSED_DATA``/``GZIP_COMPRESSED_DATA``), tiles that do not divide the image (a zarr chunk is
 whole: fpack's and astropy's default row-by-row tiles always do), 64-bit Rice. A table that is no
 valid tile-compressed image (descriptors past its heap, a row count that is not the tile count) is
-:class:`~refset.scan.fits.header.Broken`.
+:class:`~refset.io.scanfile.Broken`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from refset.scan.fits.header import DTYPES, Broken, int_card
+from refset.io.scanfile import Broken
+from refset.scan.fits.header import DTYPES, int_card
 
 __all__ = ["Tiles", "tiles", "Unreferenced", "RESERVED", "MAX_TILE"]
 
@@ -103,9 +104,9 @@ def _zvals(cards: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def tiles(cards: dict[str, Any], data: int, read_at: Callable[[int, int], bytes]) -> Tiles:
+def tiles(cards: dict[str, Any], data: int, read_exact: Callable[[int, int], bytes]) -> Tiles:
     """The tile-compressed image whose table header is ``cards`` and whose table starts at byte
-    ``data``: reads the table's rows (not the heap). :class:`Broken` for a table that is not a valid
+    ``data``: reads the table's rows (not the heap) with ``read_exact(offset, n)``. :class:`Broken` for a table that is not a valid
     one, :class:`Unreferenced` for one that cannot be referenced exactly."""
     zbitpix = int_card(cards, "ZBITPIX")
     znaxis = int_card(cards, "ZNAXIS")
@@ -146,7 +147,7 @@ def tiles(cards: dict[str, Any], data: int, read_at: Callable[[int, int], bytes]
     grid = tuple(-(-n // t) for n, t in zip(size, tile, strict=True))
     if rows != math.prod(grid):
         raise Broken(f"{rows} rows for {math.prod(grid)} tiles")
-    table = np.frombuffer(read_at(data, rows * width), np.uint8).reshape(rows, width)
+    table = np.frombuffer(read_exact(data, rows * width), np.uint8).reshape(rows, width)
     nelem, where = _descriptors(table, columns["COMPRESSED_DATA"], rows)
     for other in ("UNCOMPRESSED_DATA", "GZIP_COMPRESSED_DATA"):
         if other in columns and columns[other][1] in "PQ" and columns[other][3]:

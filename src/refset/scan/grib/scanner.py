@@ -26,14 +26,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.abc.bytestore import ByteStore
-from refset.errors import InvalidFile, Unsupported
-from refset.io.scanfile import ScanFile
-from refset.io.store import FsspecStore, LocalStore
-from refset.model.refset import ReferenceSet
+from refset.abc.scanner import DropList
+from refset.errors import Unsupported
+from refset.io.magic import is_grib
+from refset.io.scanfile import Broken, ScanFile
+from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
 from refset.scan.grib.idx import MAX_IDX_BYTES, IdxLine, forecast_minutes, parse_idx, shape_of
-from refset.scan.writer import DropList, SetWriter, cannot
+from refset.scan.writer import cannot
 
 __all__ = ["GribScanner", "frame", "MAX_MESSAGES"]
 
@@ -44,10 +44,6 @@ _WHOLE = 256 << 20  # bytes of a remote file read at once before framing
 _EPOCH = _dt.datetime(1970, 1, 1)
 _KEYS_STR = ("cfVarName", "shortName", "typeOfLevel", "stepType", "gridType", "units", "name", "cfName")
 _KEYS_INT = ("paramId", "dataDate", "dataTime", "Ni", "Nj", "edition")
-
-
-class Broken(ValueError):
-    pass
 
 
 def _find(read_at: Callable[[int, int], bytes], at: int, size: int) -> int:
@@ -181,7 +177,20 @@ class _Grid:
     name: str = ""  # ecCodes' gridType
 
 
-def _keys(data: bytes) -> tuple[dict[str, Any], tuple[Any, ...]]:
+def _refused(at: int, e: Exception) -> Broken:
+    """ecCodes' refusal of the message at byte ``at``, as the file's fault (raised ``from e``)."""
+    return Broken(f"the GRIB message at byte {at} cannot be read: {type(e).__name__}: {e}", titled=False)
+
+
+def _keys(data: bytes, at: int) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """The keys the scan groups the message ``data`` (at byte ``at``) by, and its grid's identity."""
+    try:
+        return _read_keys(data)
+    except Exception as e:  # ecCodes' own errors (and its values' conversions): the message's fault
+        raise _refused(at, e) from e
+
+
+def _read_keys(data: bytes) -> tuple[dict[str, Any], tuple[Any, ...]]:
     import eccodes
 
     h = eccodes.codes_new_from_message(data)
@@ -222,20 +231,24 @@ def _keys(data: bytes) -> tuple[dict[str, Any], tuple[Any, ...]]:
         eccodes.codes_release(h)
 
 
-def _geography(data: bytes) -> _Grid:
+def _geography(data: bytes, at: int) -> _Grid:
+    """The coordinates of the grid of the message ``data`` (at byte ``at``)."""
     import eccodes
 
-    h = eccodes.codes_new_from_message(data)
     try:
-        ni, nj = int(eccodes.codes_get(h, "Ni", int)), int(eccodes.codes_get(h, "Nj", int))
-        kind = str(eccodes.codes_get(h, "gridType", str))
+        h = eccodes.codes_new_from_message(data)
         try:
-            lat = np.asarray(eccodes.codes_get_array(h, "latitudes"), np.float64)
-            lon = np.asarray(eccodes.codes_get_array(h, "longitudes"), np.float64)
-        except eccodes.GribInternalError:  # spectral fields have no points
-            return _Grid("unsupported", np.zeros(0), np.zeros(0), (0, 0), kind)
-    finally:
-        eccodes.codes_release(h)
+            ni, nj = int(eccodes.codes_get(h, "Ni", int)), int(eccodes.codes_get(h, "Nj", int))
+            kind = str(eccodes.codes_get(h, "gridType", str))
+            try:
+                lat = np.asarray(eccodes.codes_get_array(h, "latitudes"), np.float64)
+                lon = np.asarray(eccodes.codes_get_array(h, "longitudes"), np.float64)
+            except eccodes.GribInternalError:  # spectral fields have no points
+                return _Grid("unsupported", np.zeros(0), np.zeros(0), (0, 0), kind)
+        finally:
+            eccodes.codes_release(h)
+    except Exception as e:  # ecCodes' own errors: the message's fault
+        raise _refused(at, e) from e
     if ni <= 0 or nj <= 0 or lat.size != ni * nj or ni >= 1 << 31 or nj >= 1 << 31:
         return _Grid("unsupported", lat, lon, (0, 0), kind)  # reduced grids, spherical harmonics...
     lat2, lon2 = lat.reshape(nj, ni), lon.reshape(nj, ni)
@@ -246,26 +259,25 @@ def _geography(data: bytes) -> _Grid:
 
 def _sidecar(file: ScanFile) -> list[IdxLine] | None:
     """The lines of ``FILE.idx`` beside ``file``, when there is one refset uses (else None: a remote
-    file pays one request to learn there is none)."""
-    store = file.store
-    side: ByteStore
-    if isinstance(store, LocalStore):
-        side = LocalStore(store.url + ".idx")
-    elif isinstance(store, FsspecStore):
-        side = FsspecStore(store.url + ".idx", fs=store.fs)
-    else:
-        return None
+    file pays one request to learn there is none). Opened by the scan's opener (its requests counted
+    with the scan's); a sidecar that cannot be read (none: ``FileNotFoundError``; a server refusing
+    it) is no sidecar: the file is scanned without one."""
     try:
-        text = side.read("", 0, MAX_IDX_BYTES + 1)
-    except Exception:  # none (FileNotFoundError), or unreadable: the file is scanned without it
+        side = file.sibling(file.url + ".idx", head_bytes=MAX_IDX_BYTES + 1)  # a remote one in one request
+        text = side.read_at(0, MAX_IDX_BYTES + 1)
+    except OSError:
         return None
-    return None if len(text) > MAX_IDX_BYTES else parse_idx(bytes(text))
+    return None if side.size > MAX_IDX_BYTES else parse_idx(text)
 
 
 def _seconds(date: int | None, time: int | None) -> int:
+    """Seconds since 1970 of a ``YYYYMMDD`` date and ``HHMM`` time; :class:`Broken` for no such date."""
     if date is None:
         return 0
-    d = _dt.datetime(date // 10000, date // 100 % 100, date % 100, (time or 0) // 100, (time or 0) % 100)
+    try:
+        d = _dt.datetime(date // 10000, date // 100 % 100, date % 100, (time or 0) // 100, (time or 0) % 100)
+    except (ValueError, OverflowError) as e:
+        raise Broken(f"date {date} time {time}: {e}") from None
     return int((d - _EPOCH).total_seconds())
 
 
@@ -289,12 +301,15 @@ class GribScanner(FlatScanner):
         # what threads sharing this scanner (Scan.many) are making now: a grid, a template; the others
         # asking for the same wait for it rather than make it again (64 threads, one HRRR grid each)
         self._making: dict[tuple[str, Any], threading.Event] = {}
+        #: files whose inventory the run's template could not follow (scanned whole), and why the last
+        self.fallbacks = 0
+        self.last_fallback = ""
 
-    def _grid(self, gid: tuple[Any, ...], data: bytes) -> _Grid:
-        """The coordinates of grid ``gid`` (of the message ``data``), computed once a run where its
-        definition has a digest."""
+    def _grid(self, gid: tuple[Any, ...], data: bytes, at: int) -> _Grid:
+        """The coordinates of grid ``gid`` (of the message ``data``, at byte ``at``), computed once a
+        run where its definition has a digest."""
         if not gid[3]:
-            return _geography(data)
+            return _geography(data, at)
         got = self._grids.get(gid)
         if got is not None:
             return got
@@ -304,7 +319,7 @@ class GribScanner(FlatScanner):
             if got is not None:
                 return got
         try:
-            got = _geography(data)
+            got = _geography(data, at)
             if len(self._grids) >= _MEMO_GRIDS:
                 self._grids.clear()
             self._grids[gid] = got
@@ -354,41 +369,41 @@ class GribScanner(FlatScanner):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         # docstring inherited
-        return head[:4] == b"GRIB" and len(head) > 7 and head[7] in (1, 2)
+        return is_grib(head)
 
-    def __call__(self, file: ScanFile) -> ReferenceSet:
-        # docstring inherited
+    def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
+        # docstring inherited: the messages are the data (a message a chunk); nothing is metadata
         try:
             import eccodes  # noqa: F401
         except ImportError:
             raise Unsupported("GRIB files need ecCodes: pip install 'refset[grib]'") from None
-        drop = DropList(self.drop)
         lines = self._sidecar(file)
         learning: threading.Event | None = None
-        if lines is not None:
-            got = self._from_template(file, lines)
-            if got is None and shape_of(lines) not in self._unteachable:
-                # learn the template, or wait for the thread learning it and use it
-                learning = self._claim(("template", shape_of(lines)))
-                if learning is None:
-                    got = self._from_template(file, lines)
-            if got is not None:
-                return self._built(file, got[0], got[1], drop)
+        got = None
         try:
-            return self._whole(file, lines, drop)
+            if lines is not None:
+                got = self._from_template(file, lines)
+                if got is None and shape_of(lines) not in self._unteachable:
+                    # learn the template, or wait for the thread learning it and use it
+                    learning = self._claim(("template", shape_of(lines)))
+                    if learning is None:
+                        got = self._from_template(file, lines)
+            if got is None:
+                got = self._whole(file, lines)
         finally:
             if lines is not None:
                 self._release(("template", shape_of(lines)), learning)
+        messages, grids = got
+        out.group("", {"GRIB_edition": messages[0].keys.get("edition"), "Conventions": "CF-1.7"})
+        _write(out, messages, grids, drop)
 
-    def _whole(self, file: ScanFile, lines: list[IdxLine] | None, drop: DropList) -> ReferenceSet:
-        """The set of ``file`` from all its messages (each read; the template of ``lines`` learnt)."""
-        try:
-            # a scan reads every message whole: a remote file's first _WHOLE bytes in one request, so
-            # that framing (a header per message) costs no round trip of its own
-            file.prefetch([(0, min(file.size, _WHOLE))])
-            spans = frame(file.read_at, file.size)
-        except Broken as e:
-            raise InvalidFile(f"{file.url}: not a valid GRIB file: {e}") from None
+    def _whole(self, file: ScanFile, lines: list[IdxLine] | None
+               ) -> tuple[list[_Message], dict[tuple[Any, ...], _Grid]]:
+        """The messages of ``file``, all read (the template of ``lines`` learnt), and their grids."""
+        # a scan reads every message whole: a remote file's first _WHOLE bytes in one request, so
+        # that framing (a header per message) costs no round trip of its own
+        file.prefetch([(0, min(file.size, _WHOLE))])
+        spans = frame(file.read_at, file.size)
         messages: list[_Message] = []
         grids: dict[tuple[Any, ...], _Grid] = {}
         batch: list[tuple[int, int]] = []
@@ -402,15 +417,9 @@ class GribScanner(FlatScanner):
                     raise Unsupported(f"{file.url}: the GRIB message at byte {o} holds {fields} fields (a "
                                       "multi-field message, which ecCodes reads as its first field only): "
                                       "split it first (grib_copy)")
-                try:
-                    k, gid = _keys(data)
-                    if gid not in grids:
-                        grids[gid] = self._grid(gid, data)
-                except Unsupported:
-                    raise
-                except Exception as e:
-                    raise InvalidFile(f"{file.url}: the GRIB message at byte {o} cannot be read: "
-                                      f"{type(e).__name__}: {e}") from None
+                k, gid = _keys(data, o)
+                if gid not in grids:
+                    grids[gid] = self._grid(gid, data, o)
                 messages.append(_Message(o, n, k, gid, _seconds(k["dataDate"], k["dataTime"]), k["step"],
                                          k["level"], k["number"],
                                          _grid_digest(_in(data, o), o, o + n) if lines is not None else None))
@@ -426,15 +435,7 @@ class GribScanner(FlatScanner):
             flush()
         if lines is not None:
             self._learn(lines, messages)
-        return self._built(file, messages, grids, drop)
-
-    def _built(self, file: ScanFile, messages: list[_Message], grids: dict[tuple[Any, ...], _Grid],
-               drop: DropList) -> ReferenceSet:
-        out = SetWriter(file.url, self.inline_threshold)
-        out.group("", {"GRIB_edition": messages[0].keys.get("edition"), "Conventions": "CF-1.7"})
-        _write(out, messages, grids, drop)
-        drop.warn_unused(file.url)
-        return out.build(file.read_ranges)
+        return messages, grids
 
     def _learn(self, lines: list[IdxLine], messages: list[_Message]) -> None:
         """Keep ``messages`` as the template of inventories shaped like ``lines`` when the inventory
@@ -457,10 +458,15 @@ class GribScanner(FlatScanner):
     def _from_template(self, file: ScanFile, lines: list[IdxLine]
                        ) -> tuple[list[_Message], dict[tuple[Any, ...], _Grid]] | None:
         """The messages of ``file`` from its inventory and the run's template of its shape, one
-        message per grid read and checked against the template's; None: scan it whole."""
+        message per grid read and checked against the template's; None: scan it whole. What the
+        template cannot follow (an inventory of impossible dates, a sample ecCodes refuses, ranges
+        past the end: a :class:`Broken`) is scanned whole too, which names what is wrong, and counted
+        (:attr:`fallbacks`, :attr:`last_fallback`)."""
         try:
             return self._templated(file, lines)
-        except Exception:  # an inventory refset cannot follow (impossible dates...): scanned whole
+        except Broken as e:
+            self.fallbacks += 1
+            self.last_fallback = str(e)
             return None
 
     def _templated(self, file: ScanFile, lines: list[IdxLine]
@@ -509,14 +515,11 @@ class GribScanner(FlatScanner):
             if _grid_digest(_in(data, m.offset), m.offset, m.offset + length) != m.grid_section:
                 return None
             data = data[:length]
-            try:
-                got, gid = _keys(data)
-            except Exception:  # not a message ecCodes reads: the whole scan names the problem
-                return None
+            got, gid = _keys(data, m.offset)
             if gid != m.grid or any(got.get(name) != m.keys.get(name) for name in (*_KEYS_STR, *_KEYS_INT, "step",
                                                                                    "level", "number")):
                 return None
-            grids[gid] = self._grid(gid, data)
+            grids[gid] = self._grid(gid, data, m.offset)
         return out, grids
 
 

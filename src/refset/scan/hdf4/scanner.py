@@ -26,15 +26,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.errors import InvalidFile
-from refset.io.scanfile import ScanFile
-from refset.model.refset import ReferenceSet
+from refset.abc.scanner import DropList
+from refset.io.magic import is_hdf4
+from refset.io.scanfile import Broken, ScanFile
+from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
-from refset.scan.writer import DropList, SetWriter, cannot
+from refset.scan.writer import cannot
 
-__all__ = ["Hdf4Scanner", "MAGIC", "MAX_DDS"]
+__all__ = ["Hdf4Scanner", "MAX_DDS"]
 
-MAGIC = b"\x0e\x03\x13\x01"
 MAX_DDS = 10_000_000
 NT, SDD, SD, NDG, VH, VS, VG, COMPRESSED, LINKED = 106, 701, 702, 720, 1962, 1963, 1965, 40, 20
 SPECIAL = 0x4000
@@ -46,10 +46,6 @@ _DEFAULT_FILL = {"i1": -127, "u1": 255, "i2": -32767, "u2": 65535, "i4": -214748
 #: HDF4 number types -> numpy kinds (DFNT_*); | 0x4000 is little-endian
 _NT = {3: "u1", 4: "S1", 5: "f4", 6: "f8", 20: "i1", 21: "u1", 22: "i2", 23: "u2", 24: "i4", 25: "u4", 26: "i8",
        27: "u8"}
-
-
-class Broken(ValueError):
-    pass
 
 
 class _File:
@@ -76,16 +72,14 @@ class _File:
             at = nxt
 
     def read(self, at: int, n: int) -> bytes:
-        if at < 0 or n < 0 or at + n > self.f.size:
-            raise Broken(f"{n} bytes at byte {at} lie past the end of the file ({self.f.size} bytes)")
-        data = self.f.read_at(at, n)
-        if len(data) != n:
-            raise Broken(f"{n} bytes at byte {at} are cut")
-        return data
+        """Metadata: descriptor blocks, Vgroups, Vdatas, data groups, special element headers."""
+        return self.f.read_exact(at, n)
 
     def element(self, tag: int, ref: int) -> bytes:
-        off, ln = self.dds[(tag, ref)]
-        return self.read(off, ln)
+        got = self.dds.get((tag, ref))
+        if got is None:
+            raise Broken(f"element {tag}/{ref} is named but has no descriptor")
+        return self.read(*got)
 
     def data(self, tag: int, ref: int, limit: int) -> bytes | None:
         """An element's bytes, also when stored in linked blocks (a special element of kind 1: a
@@ -201,22 +195,14 @@ class Hdf4Scanner(FlatScanner):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         # docstring inherited
-        return head[:4] == MAGIC
+        return is_hdf4(head)
 
-    def __call__(self, file: ScanFile) -> ReferenceSet:
-        # docstring inherited
-        drop = DropList(self.drop)
-        out = SetWriter(file.url, self.inline_threshold)
+    def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
+        # docstring inherited: every structure read is metadata (the datasets' data is not read)
         try:
-            h = _File(file)
-            self._write(h, out, drop)
-        except Broken as e:
-            raise InvalidFile(f"{file.url}: not a valid HDF4 file: {e}") from None
-        except (struct.error, KeyError, UnicodeDecodeError) as e:
-            raise InvalidFile(f"{file.url}: not a valid HDF4 file: a structure is cut or names a missing "
-                              f"element ({type(e).__name__}: {e})") from None
-        drop.warn_unused(file.url)
-        return out.build(file.read_ranges)
+            self._write(_File(file), out, drop)
+        except struct.error as e:  # a structure's fields run past the bytes its descriptor gives it
+            raise Broken(f"a structure is cut ({e})") from None
 
     def _write(self, h: _File, out: SetWriter, drop: DropList) -> None:
         groups = {ref: h.vgroup(ref) for tag, ref in h.dds if tag == VG}

@@ -11,8 +11,6 @@ import struct
 import sys
 from typing import Any
 
-from refset.errors import RefsetError
-
 __all__: list[str] = []
 
 
@@ -46,8 +44,11 @@ def _serve() -> None:
     inp = sys.stdin.buffer
     import h5py  # noqa: F401  (imported before "ready": the first file's deadline is its own)
 
+    from refset.abc.scanner import DropList
+    from refset.io.scanfile import ScanFile
+    from refset.io.store import LocalStore
+    from refset.model.setwriter import SetWriter
     from refset.scan.hdf5.scanner import HDF5Scanner
-    from refset.scan.writer import DropList
 
     _reply(out, "ready")
     while True:
@@ -58,22 +59,22 @@ def _serve() -> None:
         try:
             scanner = HDF5Scanner(**{**options, "native": False, "h5py_timeout": None})
             drop = DropList(options.get("drop_variables", ()))
-            with warnings.catch_warnings(record=True) as caught, open(path, "rb") as f:
+            writer = SetWriter(url, scanner.inline_threshold)
+            with warnings.catch_warnings(record=True) as caught, ScanFile(LocalStore(path), name=url) as file:
                 warnings.simplefilter("always")
-                writer = scanner.walk(f, url, drop)
+                scanner.walk(file, writer, drop)
             reply: tuple[Any, ...] = ("ok", writer, drop.found, [(w.category, str(w.message)) for w in caught])
-        except RefsetError as e:
-            reply = ("error", e)
-        except Exception as e:  # libhdf5's own errors: named by the caller
-            reply = ("error", f"cannot be scanned: {type(e).__name__}: {e}")
+        except Exception as e:  # the file's fault (a Broken: libhdf5's errors, wrapped), a variable refused,
+            reply = ("error", e)  # or a bug: the caller raises it as it is
         _reply(out, reply)
 
 
 def _reply(out: Any, reply: Any) -> None:
     try:
         data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as e:
-        data = pickle.dumps(("error", f"cannot be scanned: {type(e).__name__}: {e}"))
+    except Exception as e:  # an error that does not pickle: its words, as an error of refset's own
+        why = f"{type(reply[-1]).__name__}: {reply[-1]}" if reply[0] == "error" else f"{type(e).__name__}: {e}"
+        data = pickle.dumps(("error", RuntimeError(f"the h5py walk's answer could not be sent back ({why})")))
     out.write(struct.pack("<Q", len(data)) + data)
     out.flush()
 

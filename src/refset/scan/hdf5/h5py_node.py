@@ -1,28 +1,79 @@
 """h5py's view of an HDF5 file, as :class:`~refset.scan.hdf5.walk.Walker` asks for it (the fallback of the
-native reader: files it declines are read through libhdf5)."""
+native reader: files it declines are read through libhdf5).
+
+What libhdf5 raises for the file (through h5py) is the file's fault: each question h5py answers here
+turns its error into the scan's :class:`~refset.io.scanfile.Broken` ("cannot be scanned: OSError:
+..."), raised from it, unless a read of the file failed under it (then that failure is the error).
+Reading data (:meth:`H5Node.read`) is left to the walk, which names the variable h5py cannot read."""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from pathlib import PurePath
+from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["H5Node"]
+from refset.errors import RefsetError, Unsupported
+from refset.io.scanfile import Broken, ScanFile
+from refset.scan.hdf5.base import NotNative
+
+__all__ = ["H5Node", "library_error"]
+
+T = TypeVar("T")
+
+
+def library_error(file: ScanFile | None, e: Exception) -> Exception | None:
+    """The error to raise (``from e``) for ``e``, when h5py raised it reading ``file``: the read that
+    failed under it, else the file's fault (:class:`Broken`); None for an error h5py did not raise
+    (refset's own, a bug: raised as it is)."""
+    if not _from_h5py(e):
+        return None
+    if file is not None and file.failure is not None:
+        return file.failure
+    return Broken(f"cannot be scanned: {type(e).__name__}: {e}", titled=False)
+
+
+def _from_h5py(e: BaseException) -> bool:
+    """Whether h5py raised ``e`` (or libhdf5 under it): the innermost frame of its traceback is h5py's."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and "h5py" in PurePath(tb.tb_frame.f_code.co_filename).parts
+
+
+def _h5py(method: Callable[..., T]) -> Callable[..., T]:
+    """``method`` (asking h5py) with h5py's errors as :func:`library_error`."""
+    @functools.wraps(method)
+    def asking(self: H5Node, *args: Any) -> T:
+        try:
+            return method(self, *args)
+        except (RefsetError, Broken, NotNative):
+            raise
+        except Exception as e:
+            err = library_error(self.file, e)
+            if err is None:
+                raise
+            raise err from e
+    return asking
 
 
 class H5Node:
     """A group or dataset as the scanner asks for it, through h5py (the native reader's
     ``refset.scan.hdf5.native.NativeNode`` answers the same questions from the file's bytes)."""
 
-    def __init__(self, obj: Any, raw: tuple[Any, int, int] | None = None) -> None:
+    def __init__(self, obj: Any, raw: tuple[ScanFile, int] | None = None) -> None:
         import h5py
 
         self.obj = obj
-        self.raw = raw  # (the file's bytes as a seekable file, its size, the superblock's offset)
+        self.raw = raw  # (the scanned file, the superblock's offset)
+        self.file = raw[0] if raw is not None else None
         self.key = obj.id
         self.is_group = isinstance(obj, h5py.Group)
         self.is_dataset = isinstance(obj, h5py.Dataset)
 
+    @_h5py
     def links(self) -> list[tuple[str, str, Any, str]]:
         """(name, "hard"/"soft"/"external", node or None, external target) per link."""
         import h5py
@@ -31,6 +82,9 @@ class H5Node:
         links = grp.id.links
         out: list[tuple[str, str, H5Node | None, str]] = []
         for name in grp:
+            if isinstance(name, bytes):  # h5py's answer for a name that is not UTF-8
+                raise Unsupported(f"{self.obj.name}: a link named {name!r}, which is not UTF-8 text: no zarr key "
+                                  "can name it")
             bname = name.encode()
             kind = links.get_info(bname).type
             if kind == h5py.h5l.TYPE_EXTERNAL:
@@ -47,6 +101,7 @@ class H5Node:
             out.append((name, "hard" if kind == h5py.h5l.TYPE_HARD else "soft", node, ""))
         return out
 
+    @_h5py
     def attrs(self, skip: frozenset[str]) -> dict[str, Any]:
         """The attributes but those in ``skip`` (not read), an unreadable one as its exception."""
         a = self.obj.attrs
@@ -62,30 +117,36 @@ class H5Node:
 
     # -- datasets ---------------------------------------------------------------------------------
     @property
+    @_h5py
     def shape(self) -> tuple[int, ...]:
         shape: tuple[int, ...] = self.obj.shape
         return shape
 
     @property
+    @_h5py
     def maxshape(self) -> tuple[int | None, ...]:
         maxshape: tuple[int | None, ...] = self.obj.maxshape
         return maxshape
 
     @property
+    @_h5py
     def dtype(self) -> np.dtype:
         dtype: np.dtype = self.obj.dtype
         return dtype
 
     @property
+    @_h5py
     def chunks(self) -> tuple[int, ...] | None:
         chunks: tuple[int, ...] | None = self.obj.chunks
         return chunks
 
     @property
+    @_h5py
     def fillvalue(self) -> Any:
         return self.obj.fillvalue
 
     @property
+    @_h5py
     def offset(self) -> int | None:
         offset: int | None = self.obj.id.get_offset()
         return offset
@@ -97,10 +158,12 @@ class H5Node:
         return p
 
     @property
+    @_h5py
     def external(self) -> bool:
         return bool(self._plist().get_external_count())
 
     @property
+    @_h5py
     def layout(self) -> str:
         import h5py
 
@@ -109,6 +172,7 @@ class H5Node:
                 h5py.h5d.CHUNKED: "chunked", h5py.h5d.VIRTUAL: "virtual"}.get(lay, str(lay))
 
     @property
+    @_h5py
     def filters(self) -> list[tuple[int, tuple[int, ...], str]]:
         p = self._plist()
         out = []
@@ -118,6 +182,7 @@ class H5Node:
                         name.decode(errors="replace") if name else ""))
         return out
 
+    @_h5py
     def chunk_index(self, grid: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(flat indices in ``grid``, filter masks, byte offsets, sizes) of the stored chunks (a
         chunk outside the grid, which HDF5 keeps after a dataset shrinks, is left out)."""
@@ -137,6 +202,8 @@ class H5Node:
             n(s.size)
 
         self.obj.id.chunk_iter(one)
+        if max(max(off_l, default=0), max((i for t in pos_l for i in t), default=0)) >= 1 << 63:
+            raise Broken(f"{self.obj.name}: libhdf5 lists a chunk at a position or an address past 2**63")
         rank = len(grid)
         pos = np.fromiter((i for t in pos_l for i in t), np.int64, len(pos_l) * rank).reshape(len(pos_l), rank)
         idx = pos // np.array(self.obj.chunks, np.int64)
@@ -154,16 +221,15 @@ class H5Node:
         index itself. Where it cannot, the dataset is refused rather than given wrong."""
         import h5py
 
-        from refset.errors import Unsupported
         from refset.scan.hdf5.meta import H5File
         from refset.scan.hdf5.native import NativeNode
 
         if self.raw is None:
             raise Unsupported(f"{self.obj.name}: chunks along an unlimited dimension {dim} that is not the first "
                               "need the file's bytes to be read right")
-        f, size, start = self.raw
+        file, start = self.raw
         try:
-            node = NativeNode(H5File(f, size, start), h5py.h5o.get_info(self.obj.id).addr)
+            node = NativeNode(H5File(file, start), h5py.h5o.get_info(self.obj.id).addr)
             return node.chunk_index(grid)
         except Exception as e:
             raise Unsupported(f"{self.obj.name}: its chunks, along an unlimited dimension {dim} that is not the "
@@ -174,11 +240,13 @@ class H5Node:
         """Files read through h5py keep nothing for the next (see ``NativeNode.memo_key``)."""
         return None
 
+    @_h5py
     def deref(self, ref: Any) -> Any:
         import h5py
 
         return h5py.h5r.dereference(ref, self.obj.id)
 
+    @_h5py
     def ref_name(self, ref: Any) -> str:
         return self.obj.file[ref].name or ""
 

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-from refset.errors import InvalidFile, RefsetError
+from refset.io.scanfile import Broken
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -64,8 +64,9 @@ def usable() -> bool:
 
 def walk_in_child(path: str, url: str, options: dict[str, Any], timeout: float) -> tuple[Any, set[str]] | None:
     """(SetWriter, drop names found) of the h5py walk of the local file ``path``, named ``url``,
-    with the scanner's ``options``; ``InvalidFile`` naming ``url`` when libhdf5 runs over
-    ``timeout`` seconds or dies; None when no child can start here (walk in this process)."""
+    with the scanner's ``options``; :class:`Broken` when libhdf5 runs over ``timeout`` seconds or
+    dies; the walk's own error as the child raised it; None when no child can start here (walk in
+    this process)."""
     global _child, _unusable
     with _lock:
         child = _child if _child is not None and _child.poll() is None else None
@@ -86,15 +87,14 @@ def walk_in_child(path: str, url: str, options: dict[str, Any], timeout: float) 
         except _Gone as e:
             _child = None
             _stop(child)
-            raise InvalidFile(f"{url}: {e}") from None
+            raise Broken(str(e), titled=False) from None
         except BaseException:  # interrupted (Ctrl-C...): its reply would answer the next file's request
             _child = None
             _stop(child)
             raise
     status, *rest = reply
     if status == "error":
-        err = rest[0]
-        raise err if isinstance(err, RefsetError) else InvalidFile(f"{url}: {err}")
+        raise rest[0]
     writer, found, warned = rest
     import warnings
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from refset.io.scanfile import ScanFile
 from refset.scan.hdf5.base import UNDEF, NotNative, intact, need
 from refset.scan.hdf5.checksum import check
 
@@ -39,16 +40,16 @@ _HEADER_GUESS = 4096  # bytes of an object header read ahead (a netCDF-4 variabl
 
 
 class H5File:
-    """The file's bytes (``f``: a seekable file object, ``size`` bytes) from the superblock at
-    ``start`` on; addresses are relative to the base address."""
+    """The bytes of ``file`` from the superblock at ``start`` on; addresses are relative to the base
+    address. Structures are read with ``file.read_exact``: they are the file's metadata, which the
+    scan's frame checks the data against."""
 
-    def __init__(self, f: Any, size: int, start: int, templates: dict[Any, Any] | None = None) -> None:
-        self.f, self.size = f, size
+    def __init__(self, file: ScanFile, start: int, templates: dict[Any, Any] | None = None) -> None:
+        self.file, self.size = file, file.size
         self.templates: dict[Any, Any] = {} if templates is None else templates
         # Every structure is read once in a sound file, so reading more than this is a loop or an
         # amplification (overlapping nodes, repeated continuations) in a hostile one.
-        self._budget = 2 * size + (1 << 20)
-        self._spans: list[tuple[int, int]] = []  # (position, length) of every metadata read
+        self._budget = 2 * self.size + (1 << 20)
         self._headers: dict[int, Header] = {}
         self._heaps: dict[int, bytes] = {}
         self._gcols: dict[int, dict[int, bytes]] = {}
@@ -76,37 +77,18 @@ class H5File:
 
     # -- bytes ------------------------------------------------------------------------------------
     def _raw(self, pos: int, n: int, meta: bool = True) -> bytes:
-        intact(0 <= pos and n >= 0 and pos + n <= self.size, "read past the end of the file")
-        if meta:
-            self._spans.append((pos, n))
-        self._budget -= n
+        self._budget -= max(n, 0)
         intact(self._budget >= 0, "metadata read more than twice over")
-        self.f.seek(pos)
-        data: bytes = self.f.read(n)
-        need(len(data) == n, "short read")
-        return data
+        return self.file.read_exact(pos, n, metadata=meta)
 
     def read(self, addr: int, n: int) -> bytes:
         need(addr != UNDEF, "undefined address")
         return self._raw(self.base + addr, n)
 
     def read_data(self, addr: int, n: int) -> bytes:
-        """Bytes of a dataset's data (not metadata: not among the spans :meth:`overlaps_metadata` knows)."""
+        """Bytes of a dataset's data (not metadata: the frame does not check the data against them)."""
         need(addr != UNDEF, "undefined address")
         return self._raw(self.base + addr, n, meta=False)
-
-    def overlaps_metadata(self, offsets: np.ndarray, lengths: np.ndarray) -> bool:
-        """Whether any byte range (absolute ``offsets``, ``lengths``) overlaps the metadata read so
-        far: data of a valid file never does (a corrupt address can point chunks into a B-tree)."""
-        if not self._spans or not offsets.size:
-            return False
-        spans = np.array(sorted(self._spans), np.int64)
-        starts, ends = spans[:, 0], spans[:, 0] + spans[:, 1]
-        ends = np.maximum.accumulate(ends)  # merged: the furthest end reached by each start
-        offsets, lengths = np.asarray(offsets, np.int64), np.asarray(lengths, np.int64)
-        k = np.searchsorted(starts, offsets + lengths, side="left") - 1
-        hit = (k >= 0) & (lengths > 0)
-        return bool((ends[np.maximum(k, 0)][hit] > offsets[hit]).any())
 
     # -- object headers ---------------------------------------------------------------------------
     def header(self, addr: int) -> Header:
@@ -183,19 +165,18 @@ class H5File:
         """Have the first ``n`` bytes at each of ``addrs`` read in one round of the file's
         ``prefetch`` (a remote file's; nothing for a local one): object headers, the headers of
         version 4 layouts' chunk indexes with the blocks written next to them. A hint only."""
-        prefetch = getattr(self.f, "prefetch", None)
         todo = sorted({self.base + a for a in addrs if a != UNDEF and 0 <= self.base + a < self.size})
-        if prefetch is not None and todo:
-            prefetch([(p, min(p + n, self.size)) for p in todo])
+        if self.file.fetches and todo:
+            self.file.prefetch([(p, min(p + n, self.size)) for p in todo])
 
     def prefetch_chunk_btrees(self, trees: list[tuple[int, int]]) -> None:
         """Have the nodes of the chunk B-trees (version 1, type 1) at ``(address, rank)`` read a level
         at a time: each level of all the trees in one round of the file's ``prefetch`` (a remote
         file's), so that walking them after costs no request. A hint only: anything odd is left to the
         walk, which checks everything it reads."""
-        prefetch = getattr(self.f, "prefetch", None)
-        if prefetch is None:
+        if not self.file.fetches:
             return
+        prefetch, read_at = self.file.prefetch, self.file.read_at
         key: dict[int, int] = {}  # node -> its keys' size
         for addr, rank in trees:
             if addr != UNDEF and 0 <= self.base + addr < self.size:
@@ -209,8 +190,7 @@ class H5File:
             longer = []
             for a in level:
                 pos = self.base + a
-                self.f.seek(pos)
-                h = self.f.read(24)
+                h = read_at(pos, 24)
                 if len(h) < 24 or h[:4] != b"TREE" or h[4] != 1:
                     continue
                 n = struct.unpack_from("<H", h, 6)[0]
@@ -224,8 +204,7 @@ class H5File:
             for a, depth, n in heads:
                 if not depth:
                     continue
-                self.f.seek(self.base + a + 24)
-                body = self.f.read(n * (key[a] + 8))
+                body = read_at(self.base + a + 24, n * (key[a] + 8))
                 if len(body) != n * (key[a] + 8):
                     continue
                 for c in np.frombuffer(body, _entry_dtype(key[a]), n)["child"].tolist():
@@ -376,6 +355,7 @@ class Header:
              block: int, at: int) -> None:
         need(len(self.msgs) < _MAX_MESSAGES, "too many messages")
         if mtype == 0x10:
+            need(len(body) >= 16, "continuation message cut")
             addr, n = struct.unpack_from("<QQ", body)
             conts.append((addr, n))
             return

@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from refset.io.scanfile import ScanFile
 from refset.scan.hdf5 import messages as message
 from refset.scan.hdf5.base import UNDEF, NotNative, intact, need
 from refset.scan.hdf5.chunkindex import index_start, read_index
@@ -19,11 +20,12 @@ from refset.scan.hdf5.meta import H5File
 __all__ = ["NotNative", "open_native"]
 
 
-def open_native(f: Any, size: int, start: int, group: str | None,
+def open_native(file: ScanFile, start: int, group: str | None,
                 templates: dict[Any, Any] | None = None) -> NativeNode:
-    """The root (or ``group``) of the file at ``f``; ``templates``: the object headers parsed in earlier
-    files of the run (see :func:`~.meta.read_header`), added to as the file is read."""
-    h5 = H5File(f, size, start, templates)
+    """The root (or ``group``) of ``file``, whose superblock is at ``start``; ``templates``: the object
+    headers parsed in earlier files of the run (see :func:`~.meta.read_header`), added to as the file
+    is read."""
+    h5 = H5File(file, start, templates)
     node = NativeNode(h5, h5.root)
     for part in (group or "").strip("/").split("/"):
         if part:
@@ -282,7 +284,8 @@ class NativeNode:
         idx = pos // chunks
         # a key off the chunk grid, or twice in the tree: libhdf5 lists such chunks but its reads,
         # which look keys up, place them elsewhere or not at all (h5py's listing would mislead)
-        intact(bool((pos % chunks == 0).all() and (idx < np.array(grid, np.int64)).all()), "chunk position")
+        intact(bool((pos % chunks == 0).all() and (idx >= 0).all() and (idx < np.array(grid, np.int64)).all()),
+               "chunk position")
         flat = np.ravel_multi_index(tuple(idx.T), grid) if len(pos) else idx[:, 0]
         if flat.size > 1 and not bool((flat[1:] > flat[:-1]).all()):  # B-trees list them in order
             intact(len(np.unique(flat)) == len(flat), "chunk listed twice")

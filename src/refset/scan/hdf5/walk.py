@@ -1,6 +1,6 @@
 """The walk of an HDF5 file as netCDF-C presents it, over either reader of its structure (the native one,
 :mod:`.native`, or h5py's, :mod:`.h5py_node`): variables, dimensions, attributes and fill values into a
-:class:`~refset.scan.writer.SetWriter`."""
+:class:`~refset.model.setwriter.SetWriter`."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from refset.errors import InvalidFile, Unsupported
+from refset.errors import Unsupported
+from refset.io.scanfile import Broken
+from refset.model.setwriter import SetWriter
 from refset.scan.hdf5.base import NotNative
 from refset.scan.hdf5.filters import encode_chunk, hdf5_filters
 from refset.scan.held import warn
-from refset.scan.writer import SetWriter, cannot, json_attrs, json_value, split_rows
+from refset.scan.writer import cannot, json_attrs, json_value, split_rows
 
 __all__ = ["Walker", "MAX_INLINE"]
 
@@ -208,13 +210,14 @@ class Walker:
         inline: dict[int, bytes] = {}
         if flat.size > 1 and not bool((flat[1:] > flat[:-1]).all()) and np.unique(flat).size != flat.size:
             # listed twice: libhdf5's reads look keys up and find one of them, its listing gives both
-            raise InvalidFile(f"variable {path!r}: a chunk is listed twice in its chunk index: the file is corrupt")
+            raise Broken(f"variable {path!r}: a chunk is listed twice in its chunk index: the file is corrupt",
+                         titled=False)
         if flat.size and not filters and dt.kind != "O":
             wrong = np.flatnonzero(len_c != math.prod(chunks) * dt.itemsize)
             if wrong.size:  # libhdf5 reads that many bytes into the chunk: the rest is whatever memory held
-                raise InvalidFile(f"variable {path!r}: chunk {int(flat[wrong[0]])} (of {wrong.size} such) is "
-                                  f"listed with {int(len_c[wrong[0]])} bytes, not the "
-                                  f"{math.prod(chunks) * dt.itemsize} of its shape and type: the file is corrupt")
+                raise Broken(f"variable {path!r}: chunk {int(flat[wrong[0]])} (of {wrong.size} such) is listed "
+                             f"with {int(len_c[wrong[0]])} bytes, not the {math.prod(chunks) * dt.itemsize} of its "
+                             "shape and type: the file is corrupt", titled=False)
         if flat.size:
             offset[flat] = off_c
             length[flat] = len_c
@@ -261,7 +264,13 @@ class Walker:
             idx = np.unravel_index(flat, grid)
             sel = tuple(slice(i * c, (i + 1) * c) for i, c in zip(idx, chunks))
             block = np.zeros(chunks, dt)
-            data = ds.read(sel)
+            try:
+                data = ds.read(sel)
+            except (NotNative, Broken):  # the native reader's: it declines, or the file is broken
+                raise
+            except Exception as e:  # h5py lacks the filter plugin, or the data is unreadable
+                raise cannot(path, f"chunks stored with a filter skipped are re-encoded from what h5py "
+                                   f"reads, and h5py cannot read them ({type(e).__name__}: {e})") from e
             block[tuple(slice(0, s) for s in data.shape)] = data
             out[flat] = encode_chunk(block, filters)
         return out
@@ -276,7 +285,7 @@ class Walker:
             raise cannot(path, f"{reason}, and its {nbytes} bytes exceed max_inline={self.max_inline}")
         try:
             data = np.asarray(ds.read(()), dtype=dt)
-        except NotNative:
+        except (NotNative, Broken):  # the native reader's: it declines, or the file is broken
             raise
         except Exception as e:  # h5py lacks the filter plugin, or the data is unreadable
             reason = f"{why}; h5py" if why else "h5py"
@@ -302,7 +311,7 @@ class Walker:
                      dims: list[str]) -> None:
         try:
             data = ds.read_strings() if shape else np.asarray(ds.read_strings(), dtype=object)
-        except NotNative:
+        except (NotNative, Broken):  # the native reader's: it declines, or the file is broken
             raise
         except Exception as e:
             raise cannot(path, f"its variable-length strings cannot be read ({type(e).__name__}: {e})") from e

@@ -11,12 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from refset.errors import InvalidFile
+from refset.io.scanfile import Broken, ScanFile
 
-__all__ = ["read_header", "Header", "Variable", "MAGIC"]
+__all__ = ["read_header", "Header", "Variable"]
 
-#: What a NetCDF3 file starts with: CDF-1, CDF-2 (64-bit offsets) and CDF-5 (64-bit data).
-MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
 
 _DIMENSION, _VARIABLE, _ATTRIBUTE = 10, 11, 12
 # nc_type -> numpy dtype as stored; 7..11 exist only in CDF-5.
@@ -52,19 +50,18 @@ class Header:
 
 
 class _Reader:
-    """Reads the header from the open file in growing blocks (a remote file: one or two requests)."""
+    """Reads the header from the file in growing blocks (a remote file: one or two requests)."""
 
-    def __init__(self, f: Any, size: int, url: str) -> None:
-        self.f, self.size, self.url = f, size, url
+    def __init__(self, file: ScanFile) -> None:
+        self.file, self.size = file, file.size
         self.buf = bytearray()
         self.pos = 0
-        f.seek(0)
         magic = self.take(4, "the magic number")
         self.version = magic[3]
         self.count_size = 8 if self.version == 5 else 4
 
-    def error(self, what: str) -> InvalidFile:
-        return InvalidFile(f"{self.url}: NetCDF3 header: {what} (at byte {self.pos})")
+    def error(self, what: str) -> Broken:
+        return Broken(f"NetCDF3 header: {what} (at byte {self.pos})", titled=False)
 
     def take(self, n: int, what: str) -> bytes:
         end = self.pos + n
@@ -72,7 +69,7 @@ class _Reader:
             raise self.error(f"the file ends ({self.size} bytes) while reading {what}")
         if end > len(self.buf):
             grow = max(end - len(self.buf), len(self.buf), 65536)
-            self.buf += self.f.read(min(grow, self.size - len(self.buf)))
+            self.buf += self.file.read_at(len(self.buf), min(grow, self.size - len(self.buf)))
             if end > len(self.buf):
                 raise self.error(f"short read of {what}")
         out = bytes(self.buf[self.pos:end])
@@ -152,9 +149,11 @@ def _attr_value(raw: bytes, dt: np.dtype, name: str) -> Any:
     return np.frombuffer(raw, dt).astype(dt.newbyteorder("="))
 
 
-def read_header(f: Any, size: int, url: str) -> Header:
-    """Parse and check a NetCDF3 header: every variable's data must lie inside the file."""
-    r = _Reader(f, size, url)
+def read_header(file: ScanFile) -> Header:
+    """Parse and check a NetCDF3 header: every variable's data must lie inside the file. The header's
+    bytes are the file's metadata (``file.mark_metadata``)."""
+    r = _Reader(file)
+    size = file.size
     if r.version not in (1, 2, 5):
         raise r.error(f"unknown NetCDF3 version {r.version}")
     offset_size = 4 if r.version == 1 else 8
@@ -187,6 +186,7 @@ def read_header(f: Any, size: int, url: str) -> Header:
         begin = r.int(offset_size, f"the data offset of variable {name!r}")
         raw_vars.append((name, ids, vattrs, dt, begin))
     header_size = r.pos
+    file.mark_metadata(0, header_size)
 
     record = [v for v in raw_vars if v[1] and dims[v[1][0]][1] == 0]
     # Each record holds every record variable's slab, padded to 4 bytes, unless there is just one.
@@ -201,18 +201,18 @@ def read_header(f: Any, size: int, url: str) -> Header:
         shape = tuple(numrecs if dims[d][1] == 0 else dims[d][1] for d in ids)
         var = Variable(name, tuple(dims[d][0] for d in ids), shape, dt, vattrs, begin, is_record)
         if begin < header_size:
-            raise InvalidFile(f"{url}: variable {name!r}: its data offset {begin} lies inside the "
-                              f"header ({header_size} bytes)")
+            raise Broken(f"variable {name!r}: its data offset {begin} lies inside the header ({header_size} "
+                         "bytes)", titled=False)
         end = begin + var.nbytes + (recsize * (numrecs - 1) if is_record and numrecs else 0)
         if (var.nbytes if not is_record else numrecs) and end > size:
-            raise InvalidFile(f"{url}: variable {name!r}: its data ends at byte {end}, past the end "
-                              f"of the file ({size} bytes)")
+            raise Broken(f"variable {name!r}: its data ends at byte {end}, past the end of the file ({size} "
+                         "bytes)", titled=False)
         variables.append(var)
-    _check_order(url, variables, header_size, slabs)
+    _check_order(variables, header_size, slabs)
     return Header(r.version, numrecs, recsize, attrs, tuple(variables), header_size)
 
 
-def _check_order(url: str, variables: list[Variable], header_size: int, slabs: list[int]) -> None:
+def _check_order(variables: list[Variable], header_size: int, slabs: list[int]) -> None:
     """Data laid out as netCDF-C lays it out and checks on opening (``NC_check_voffs``): the
     fixed-size variables one after another in the order they are defined, then the record
     variables' slabs in theirs, none overlapping another. A file where they overlap is refused by
@@ -220,11 +220,11 @@ def _check_order(url: str, variables: list[Variable], header_size: int, slabs: l
     prev, before = header_size, "the header"
     for v in (v for v in variables if not v.is_record):
         if v.begin < prev:
-            raise InvalidFile(f"{url}: variable {v.name!r}: its data at byte {v.begin} overlaps {before} "
-                              f"(which ends at byte {prev})")
+            raise Broken(f"variable {v.name!r}: its data at byte {v.begin} overlaps {before} (which ends at "
+                         f"byte {prev})", titled=False)
         prev, before = v.begin + v.nbytes, f"variable {v.name!r}"
     for v, slab in zip((v for v in variables if v.is_record), slabs, strict=True):
         if v.begin < prev:
-            raise InvalidFile(f"{url}: record variable {v.name!r}: its data at byte {v.begin} overlaps "
-                              f"{before} (which ends at byte {prev})")
+            raise Broken(f"record variable {v.name!r}: its data at byte {v.begin} overlaps {before} (which "
+                         f"ends at byte {prev})", titled=False)
         prev, before = v.begin + slab, f"record variable {v.name!r}"

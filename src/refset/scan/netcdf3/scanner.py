@@ -13,17 +13,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from refset.abc.scanner import DropList
+from refset.io.magic import is_netcdf3
 from refset.io.scanfile import ScanFile
-from refset.model.refset import ReferenceSet
+from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
-from refset.scan.netcdf3.header import MAGIC, Variable, read_header
-from refset.scan.writer import (
-    DropList,
-    SetWriter,
-    cannot,
-    json_value,
-    split_rows,
-)
+from refset.scan.netcdf3.header import Variable, read_header
+from refset.scan.writer import cannot, json_value, split_rows
 
 __all__ = ["NetCDF3Scanner"]
 
@@ -38,19 +34,11 @@ class NetCDF3Scanner(FlatScanner):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         # docstring inherited
-        return head[:4] in MAGIC
+        return is_netcdf3(head)
 
-    def __call__(self, file: ScanFile) -> ReferenceSet:
+    def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
         # docstring inherited
-        drop = DropList(self.drop)
-        out = self.writer(file.file, file.url, file.size, drop).build(file.read_ranges)
-        drop.warn_unused(file.url)
-        return out
-
-    def writer(self, f: Any, url: str, size: int, drop: DropList) -> SetWriter:
-        """Every variable of the file referenced into a :class:`SetWriter`."""
-        header = read_header(f, size, url)
-        out = SetWriter(url, self.inline_threshold)
+        header = read_header(file)
         out.group("", {k: json_value(v) for k, v in header.attrs.items()})
         for var in header.variables:
             if var.name in drop or f"/{var.name}" in drop:
@@ -71,7 +59,6 @@ class NetCDF3Scanner(FlatScanner):
             out.array(var.name, shape=var.shape, chunks=tuple(max(c, 1) for c in chunks), dtype=var.dtype,
                       fill_value=fill, filters=None, attrs=attrs, dims=list(var.dims),
                       offset=offsets.reshape(grid), length=np.full(grid, length, np.int64))
-        return out
 
 
 def _fill(var: Variable) -> Any:

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from refset.scan.tiff.ifd import Broken, Ifd
+from refset.io.scanfile import Broken
+from refset.scan.tiff.ifd import Ifd
 
 if TYPE_CHECKING:
-    from refset.scan.writer import SetWriter
+    from refset.model.setwriter import SetWriter
 
 __all__ = ["Georef", "georeference", "attributes", "write_coordinates", "GEOKEY_NAMES"]
 

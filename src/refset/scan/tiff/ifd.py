@@ -3,22 +3,22 @@ refset itself (TIFF 6.0, Adobe 1992, section 2; BigTIFF: the 8-byte offsets of l
 
 Only structure is read: tag values are decoded when asked for (:meth:`Ifd.values`), each bounded by the
 file's size, and the chain is refused when it loops, holds more than :data:`MAX_IFDS` directories or a
-directory more than :data:`MAX_ENTRIES` entries. Anything malformed is :class:`Broken` (its caller
-names the file).
+directory more than :data:`MAX_ENTRIES` entries. Anything malformed is :class:`~refset.io.scanfile.Broken`
+(the scan's frame names the file). The header, the directories and the values of their tags are the
+file's metadata (:func:`metadata_spans`).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Broken", "Ifd", "read_ifds", "metadata_spans", "overlapping", "MAGICS", "MAX_IFDS", "MAX_ENTRIES",
-           "MAX_VALUES"]
+from refset.io.magic import is_tiff
+from refset.io.scanfile import Broken, ScanFile
 
-MAGICS = (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+")
+__all__ = ["Ifd", "read_ifds", "metadata_spans", "MAX_IFDS", "MAX_ENTRIES", "MAX_VALUES"]
 MAX_IFDS = 100_000  # pages of a file (a 10,000-page stack is common; a loop is not)
 MAX_ENTRIES = 4_096  # tags of one directory (baseline TIFF has ~40)
 MAX_VALUES = 1 << 28  # values of one tag (tile offsets of a 16384-tile-square image: 2**28)
@@ -32,10 +32,6 @@ _TYPES: dict[int, tuple[str, int]] = {
 }
 
 
-class Broken(ValueError):
-    """The file is not a valid TIFF: ``str(self)`` says why."""
-
-
 @dataclass(frozen=True, slots=True)
 class Entry:
     tag: int
@@ -47,13 +43,12 @@ class Entry:
 
 @dataclass
 class Ifd:
-    """One directory: its entries by tag, read lazily through ``read_at``."""
+    """One directory: its entries by tag, their values read from ``file`` when asked for."""
 
     offset: int
     entries: dict[int, Entry]
     endian: str  # "<" or ">"
-    read_at: Callable[[int, int], bytes]
-    size: int  # of the file
+    file: ScanFile
     end: int = 0  # where the directory's block ends
     _decoded: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
     _ints: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
@@ -81,11 +76,9 @@ class Ifd:
         if e.inline is not None:
             raw = e.inline[:n]
         else:
-            if e.at + n > self.size:
+            if e.at + n > self.file.size:
                 raise Broken(f"tag {tag}: its {e.count} values lie past the end of the file")
-            raw = self.read_at(e.at, n)
-            if len(raw) != n:
-                raise Broken(f"tag {tag}: its values lie past the end of the file")
+            raw = self.file.read_exact(e.at, n)
         if e.type in (5, 10):  # (numerator, denominator) pairs
             pairs = np.frombuffer(raw, self.endian + char).reshape(-1, 2).astype(np.float64)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -134,10 +127,11 @@ class Ifd:
         return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace")
 
 
-def read_ifds(read_at: Callable[[int, int], bytes], size: int) -> list[Ifd]:
+def read_ifds(file: ScanFile) -> list[Ifd]:
     """Every directory of the file, in chain order."""
-    head = read_at(0, 16)
-    if len(head) < 8 or head[:4] not in MAGICS:
+    size = file.size
+    head = file.read_at(0, 16)
+    if len(head) < 8 or not is_tiff(head):
         raise Broken("no TIFF header (II*/MM*, or BigTIFF's II+/MM+)")
     endian = "<" if head[:2] == b"II" else ">"
     big = head[2:4] in (b"+\0", b"\0+")
@@ -164,15 +158,13 @@ def read_ifds(read_at: Callable[[int, int], bytes], size: int) -> list[Ifd]:
         if at + csize > size:
             raise Broken(f"directory {len(out)} at {at} lies past the end of the file ({size} bytes)")
         seen.add(at)
-        n = struct.unpack(endian + count_fmt, read_at(at, csize))[0]
+        n = struct.unpack(endian + count_fmt, file.read_exact(at, csize))[0]
         if n == 0 or n > MAX_ENTRIES:
             raise Broken(f"directory {len(out)} has {n} entries")
         body_size = n * entry_size + struct.calcsize(next_fmt)
         if at + csize + body_size > size:
             raise Broken(f"directory {len(out)} ({n} entries) runs past the end of the file")
-        body = read_at(at + csize, body_size)
-        if len(body) != body_size:
-            raise Broken(f"directory {len(out)} cut short")
+        body = file.read_exact(at + csize, body_size)
         entries: dict[int, Entry] = {}
         for i in range(n):
             e = body[i * entry_size:(i + 1) * entry_size]
@@ -194,7 +186,7 @@ def read_ifds(read_at: Callable[[int, int], bytes], size: int) -> list[Ifd]:
             if where + nbytes > size:
                 raise Broken(f"directory {len(out)}: the values of tag {tag} lie past the end of the file")
             entries[tag] = Entry(tag, typ, count, where)
-        out.append(Ifd(at, entries, endian, read_at, size, at + csize + body_size))
+        out.append(Ifd(at, entries, endian, file, at + csize + body_size))
         at = struct.unpack(endian + next_fmt, body[n * entry_size:])[0]
         if at and at >= size:
             raise Broken(f"directory {len(out)} at {at} lies past the end of the file ({size} bytes)")
@@ -206,7 +198,7 @@ def read_ifds(read_at: Callable[[int, int], bytes], size: int) -> list[Ifd]:
 def metadata_spans(ifds: list[Ifd]) -> np.ndarray:
     """``[start, end)`` rows of the file's structure (header, directories, their values), sorted and
     merged."""
-    header = 16 if ifds and ifds[0].read_at(2, 2) in (b"+\0", b"\0+") else 8
+    header = 16 if ifds and ifds[0].file.read_at(2, 2) in (b"+\0", b"\0+") else 8
     spans = sorted([(0, header), *(s for ifd in ifds for s in ifd.spans())])
     merged: list[list[int]] = []
     for a, b in spans:
@@ -215,13 +207,3 @@ def metadata_spans(ifds: list[Ifd]) -> np.ndarray:
         else:
             merged.append([a, b])
     return np.asarray(merged, np.int64).reshape(-1, 2)
-
-
-def overlapping(spans: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Which ranges ``[offsets, offsets + lengths)`` (``lengths > 0``) overlap a span of ``spans``
-    (sorted, disjoint rows of :func:`metadata_spans`)."""
-    ends = offsets + lengths
-    k = np.searchsorted(spans[:, 0], ends, side="left") - 1  # the last span starting before a range ends
-    hit = (k >= 0) & (lengths > 0)
-    kk = np.clip(k, 0, None)
-    return np.asarray(hit & (spans[kk, 1] > offsets), bool)

@@ -51,14 +51,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.errors import InvalidFile
-from refset.io.scanfile import ScanFile
-from refset.model.refset import ReferenceSet
+from refset.abc.scanner import DropList
+from refset.io.magic import is_tiff
+from refset.io.scanfile import Broken, ScanFile
+from refset.model.setwriter import SetWriter
 from refset.scan.flat import FlatScanner
 from refset.scan.tiff import geo
-from refset.scan.tiff.ifd import MAGICS, Broken, Ifd, metadata_spans, overlapping, read_ifds
+from refset.scan.tiff.ifd import Ifd, metadata_spans, read_ifds
 from refset.scan.tiff.jxl import jxl_float
-from refset.scan.writer import DropList, SetWriter, cannot
+from refset.scan.writer import cannot
 
 __all__ = ["TiffScanner", "COMPRESSIONS"]
 
@@ -113,36 +114,30 @@ class TiffScanner(FlatScanner):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         # docstring inherited
-        return head[:4] in MAGICS
+        return is_tiff(head)
 
-    def __call__(self, file: ScanFile) -> ReferenceSet:
-        # docstring inherited
-        drop = DropList(self.drop)
-        try:
-            ifds = read_ifds(file.read_at, file.size)
-            out = SetWriter(file.url, self.inline_threshold)
-            first = ifds[0]
-            georef = geo.georeference(first)
-            root: dict[str, Any] = {}
-            for tag, key in ((DESCRIPTION, "ImageDescription"), (GDAL_METADATA, "GDAL_METADATA")):
-                text = first.text(tag)
-                if text:
-                    root[key] = text
-            out.group("", root)
-            base = _size(first)
-            spans = metadata_spans(ifds)
-            file.prefetch(_peeks(ifds))  # a remote file's JFIF markers and JPEG XL headers: one round
-            for k, ifd in enumerate(ifds):
-                name = str(k)
-                if name in drop:
-                    continue
-                _image(out, ifd, k, name, base, georef, file.size, spans, first.one(SAMPLES, 1))
-            if georef is not None and "0" not in drop:
-                geo.write_coordinates(out, georef, base)
-        except Broken as e:
-            raise InvalidFile(f"{file.url}: not a valid TIFF file: {e}") from None
-        drop.warn_unused(file.url)
-        return out.build(file.read_ranges)
+    def walk(self, file: ScanFile, out: SetWriter, drop: DropList) -> None:
+        # docstring inherited: the header, the directories and every tag's values are the metadata
+        ifds = read_ifds(file)
+        for start, end in metadata_spans(ifds).tolist():  # values read or not (libtiff would decode
+            file.mark_metadata(start, end)  # a tile over them as pixels)
+        first = ifds[0]
+        georef = geo.georeference(first)
+        root: dict[str, Any] = {}
+        for tag, key in ((DESCRIPTION, "ImageDescription"), (GDAL_METADATA, "GDAL_METADATA")):
+            text = first.text(tag)
+            if text:
+                root[key] = text
+        out.group("", root)
+        base = _size(first)
+        file.prefetch(_peeks(ifds))  # a remote file's JFIF markers and JPEG XL headers: one round
+        for k, ifd in enumerate(ifds):
+            name = str(k)
+            if name in drop:
+                continue
+            _image(out, ifd, k, name, base, georef, file.size, first.one(SAMPLES, 1))
+        if georef is not None and "0" not in drop:
+            geo.write_coordinates(out, georef, base)
 
 
 def _size(ifd: Ifd) -> tuple[int, int]:
@@ -292,7 +287,7 @@ def _jpegxl_kind(ifd: Ifd, name: str, code: int, dtype: np.dtype[Any], offsets: 
     if not present.size:
         return  # no stream: every tile reads as absent
     at, count = int(offsets[present[0]]), int(counts[present[0]])
-    is_float = jxl_float(ifd.read_at(at, min(count, 256)))
+    is_float = jxl_float(ifd.file.read_exact(at, min(count, 256), metadata=False))  # a peek into data
     if is_float is None:
         raise cannot(name, f"{_label(code)}: the header of its first stream does not say whether its "
                            "samples are integers or floats in its first 256 bytes")
@@ -340,7 +335,7 @@ def _jfif(ifd: Ifd, first: tuple[int, int]) -> bool:
     offset, count = first
     if offset == 0 or count < 11:
         return False
-    return ifd.read_at(offset + 6, 4) == b"JFIF"
+    return ifd.file.read_exact(offset + 6, 4, metadata=False) == b"JFIF"  # a peek into data
 
 
 def _fill(ifd: Ifd, dtype: np.dtype[Any]) -> tuple[Any, bool]:
@@ -361,7 +356,7 @@ def _fill(ifd: Ifd, dtype: np.dtype[Any]) -> tuple[Any, bool]:
 
 
 def _image(out: SetWriter, ifd: Ifd, k: int, name: str, base: tuple[int, int], georef: geo.Georef | None,
-           size: int, spans: np.ndarray, base_spp: int) -> None:
+           size: int, base_spp: int) -> None:
     h, w = _size(ifd)
     spp = ifd.one(SAMPLES, 1)
     planar = ifd.one(PLANAR, 1)
@@ -392,8 +387,6 @@ def _image(out: SetWriter, ifd: Ifd, k: int, name: str, base: tuple[int, int], g
         raise Broken(f"image {k}: {offsets.size} offsets and {counts.size} byte counts for {want} tiles or strips")
     if (offsets < 0).any() or (counts < 0).any() or ((counts > 0) & (offsets + counts > size)).any():
         raise Broken(f"image {k}: a tile or strip lies past the end of the file ({size} bytes)")
-    if overlapping(spans, offsets, counts).any():  # libtiff would decode the header or a directory as pixels
-        raise Broken(f"image {k}: a tile or strip overlaps the file's header or directories")
     same = (h, w) == base
     ydim, xdim = ("y", "x") if same else (f"y_{k}", f"x_{k}")
     bdim = "band" if k == 0 or (same and spp == base_spp) else f"band_{k}"
