@@ -112,10 +112,10 @@ def bench_read(d: Path, delay: float, rounds: int) -> list[str]:
 def bench_verify(n: int, delay: float) -> list[str]:
     """A set recording ``n`` small files served over HTTP (records as the server tells them)."""
     import numpy as np
+    from tests.httpserver import validators
 
     import refset
     from refset.model.fingerprints import Fingerprints
-    from tests.httpserver import validators
 
     d = DATA / f"verify{n}"
     if len(os.listdir(d)) != n if d.exists() else True:
@@ -172,8 +172,8 @@ def bench_refresh(d: Path, changed: int, delay: float, rounds: int) -> list[str]
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(d, work / "files")
     files = sorted(glob.glob(str(work / "files" / "*.nc")))
-    lines = ["| refresh of a set of {n:,} files, {k} changed | refresh | full rescan | refresh / rescan | requests "
-             "(refresh / rescan) | bytes read (refresh / rescan) |".format(n=len(files), k=changed),
+    lines = [f"| refresh of a set of {len(files):,} files, {changed} changed | refresh | full rescan | refresh / rescan | requests "
+             "(refresh / rescan) | bytes read (refresh / rescan) |",
              "|---|---:|---:|---:|---:|---:|"]
     srv, url = server(work / "files", delay)
     try:

@@ -66,6 +66,12 @@ class ByteStore(ABC):
     def size(self, path: str = "") -> int:
         """Size in bytes of the file at ``path``."""
 
+    def stat(self, path: str = "") -> tuple[int, Fingerprint | None]:
+        """:meth:`size` of the file at ``path`` and what the store tells of it in the same request (a
+        ``HEAD``'s ``ETag`` and ``Last-Modified``), None when it tells nothing. Note to implementers:
+        the default tells nothing."""
+        return self.size(path), None
+
     @abstractmethod
     def exists(self, path: str = "") -> bool:
         """Whether there is a file or a directory at ``path``."""

@@ -34,13 +34,26 @@ if TYPE_CHECKING:
     from refset.abc.bytestore import ByteStore
     from refset.model.refset import ReferenceSet
 
-__all__ = ["Scanner", "Broken", "HEAD", "INLINE_THRESHOLD", "UnusedDropWarning", "DropList", "common_options"]
+__all__ = ["Scanner", "Broken", "HEAD", "INLINE_THRESHOLD", "SidecarWarning", "UnusedDropWarning", "DropList", "common_options"]
 
 #: Bytes of a file's beginning given to :meth:`Scanner.sniff` (all of it when the file is shorter).
 HEAD = 1 << 10
 
 #: Chunks smaller than this many bytes are stored in the set (see docs/scan.md for the measurement).
 INLINE_THRESHOLD = 500
+
+
+class SidecarWarning(UserWarning):
+    """A sidecar (a GRIB file's ``.idx`` inventory) that does not describe its data file: it was not
+    used, the file was read itself (its values are right). ``url``: the data file; ``sidecar``: the
+    sidecar; ``why``: what disagrees."""
+
+    def __init__(self, url: str, sidecar: str, why: str) -> None:
+        super().__init__(f"{sidecar} does not describe {url} ({why}): not used, the file was read whole")
+        self.url, self.sidecar, self.why = url, sidecar, why
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SidecarWarning, (self.url, self.sidecar, self.why))
 
 
 class UnusedDropWarning(UserWarning):
@@ -185,8 +198,11 @@ class Scanner(ABC):
             data = self.walk(file, out, drop) or file
             if data is not file:
                 out.url = data.url
-            if data.overlaps_metadata(*out.ranges()):  # a corrupt address pointing chunks into a structure
+            offsets, lengths = out.ranges()
+            if data.overlaps_metadata(offsets, lengths):  # a corrupt address pointing chunks into a structure
                 raise Broken("data overlaps the file's metadata")
+            if offsets.size and not self.directory and out.url == data.url:
+                _within(data, offsets, lengths, data is not file)
             drop.warn_unused(file.url)
             return out.build(data.read_ranges)  # the small chunks, in one batch
         except Broken as e:
@@ -200,6 +216,19 @@ class Scanner(ABC):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_remake, (type(self), dict(self.config)))
+
+
+def _within(data: ScanFile, offsets: Any, lengths: Any, sidecar: bool) -> None:
+    """:class:`Broken` when a referenced range ends past the end of ``data`` (``sidecar``: the file
+    described is another than the file scanned, which then does not describe it)."""
+    ends = offsets + lengths
+    k = int(ends.argmax())
+    if int(ends[k]) <= data.size:
+        return
+    what = f"a chunk at byte {int(offsets[k]):,} of {int(lengths[k]):,} bytes ends past the end of"
+    if sidecar:
+        raise Broken(f"{what} {data.url} ({data.size:,} bytes): it does not describe that file", titled=False)
+    raise Broken(f"{what} the file ({data.size:,} bytes)")
 
 
 def _scans_itself(self: Scanner, file: ScanFile, out: SetWriter, drop: DropList) -> ScanFile | None:

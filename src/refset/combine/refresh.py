@@ -189,6 +189,9 @@ class _Replace:
     def __init__(self, rs: ReferenceSet, url: str, new: ReferenceSet | None, dim: str | None,
                  so: dict[str, Any], parts_log: list[str]) -> None:
         self.rs, self.url, self.new, self.so, self.parts_log = rs, url, new, so, parts_log
+        if url not in rs.urls:  # a sidecar (a DMR++ file): its references name the file it describes
+            url = next((u for u in rs.fingerprints.recorded_via(url) if u in rs.urls), url)
+            self.url = url
         self.pid = rs.urls.index(url) if url in rs.urls else -1
         self.layouts = find_parts(rs)
         self.of_parts = {p: (v, k) for v, lay in self.layouts.items() for k, p in enumerate(lay.paths())}

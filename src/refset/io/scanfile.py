@@ -167,7 +167,8 @@ class ScanFile:
             self.head, size, self.fingerprint = store.read_fingerprinted("", 0, head_bytes)
             self.requests, self.nbytes, self.rounds = 1, len(self.head), 1
         if size is None:
-            size = store.size()
+            size, fp = store.stat()
+            self.fingerprint = self.fingerprint or fp
             self.requests += 1
             self.rounds += 1
         self.size = size

@@ -190,6 +190,17 @@ class FsspecStore(ByteStore):
         # docstring inherited
         return int(self.fs.size(self._path(path)))
 
+    def stat(self, path: str = "") -> tuple[int, Fingerprint | None]:
+        # docstring inherited: one HEAD (HTTP), HeadObject (S3) or info
+        from refset.io.verify import current
+
+        fp = self._run(current(self.targets, self._path(path)), path)
+        if fp is None:
+            raise FileNotFoundError(self.join(path))
+        if fp.size is None:
+            return self.size(path), fp
+        return fp.size, fp
+
     def exists(self, path: str = "") -> bool:
         # docstring inherited
         return bool(self.fs.exists(self._path(path)))

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NoReturn
 
 from refset.abc.bytestore import ByteStore
-from refset.abc.scanner import Scanner
+from refset.abc.scanner import Scanner, SidecarWarning
 from refset.errors import RefsetError, Unsupported, located
 from refset.io.local import is_local
 from refset.io.magic import Kind, describe, describe_directory, file_reader
@@ -24,7 +24,8 @@ from refset.io.store import LocalStore
 from refset.model.refset import ReferenceSet
 from refset.scan.writer import INLINE_THRESHOLD, UnusedDropWarning
 
-__all__ = ["scan", "Scan", "INLINE_THRESHOLD", "UnusedDropWarning", "detect_scanner", "CONCURRENCY"]
+__all__ = ["scan", "Scan", "INLINE_THRESHOLD", "SidecarWarning", "UnusedDropWarning", "detect_scanner",
+           "CONCURRENCY"]
 
 
 def scan(
@@ -273,14 +274,22 @@ def _remake(head_bytes: int, options: dict[str, Any]) -> Scan:
 
 def _fingerprinted(rs: ReferenceSet, sf: ScanFile) -> ReferenceSet:
     """``rs`` recording what the file it was made from was when its first read saw it (also when
-    every chunk of it was inlined: a change of the file makes the set out of date all the same)."""
+    every chunk of it was inlined: a change of the file makes the set out of date all the same), and
+    the files its scan read beside it (a GRIB file's ``.idx``, a DMR++ file's granule) as recorded via
+    it: a refresh rescans it when one of them changed."""
     from refset.model.fingerprints import Fingerprints
 
-    fp = sf.fingerprint
-    if fp is None or not fp.known:
+    records, via = {}, {}
+    for f in sf.opener.files:
+        fp = f.fingerprint
+        if fp is None or not fp.known or f.url in records:
+            continue
+        records[f.url] = (fp.size, fp.mtime_ns, fp.etag, fp.last_modified)
+        if f is not sf:
+            via[f.url] = sf.url
+    if not records:
         return rs
-    record = (fp.size, fp.mtime_ns, fp.etag, fp.last_modified)
-    return rs.with_fingerprints(rs.fingerprints.updated(Fingerprints.of({sf.url: record})))
+    return rs.with_fingerprints(rs.fingerprints.updated(Fingerprints.of(records, via)))
 
 
 #: Bytes of a remote file's small arrays a scan keeps with its set when its reads already hold them

@@ -209,3 +209,86 @@ def test_fuzzed_inventories_never_misplace_a_message(tmp_path: Path) -> None:
         run(str(files[0]))
         got = run(str(files[1])).to_dict()
         assert sorted(tuple(v) for k2, v in got.items() if isinstance(v, list) and len(v) == 3) == ranges
+
+
+def _wgrib2_idx(grib: Path, order: list[tuple[str, int]], date: int) -> None:
+    """An inventory in wgrib2's words (``TMP:500 mb``) of messages of one size in ``order``."""
+    size = grib.stat().st_size // len(order)
+    grib.with_name(grib.name + ".idx").write_text("".join(
+        f"{n + 1}:{n * size}:d={date}12:{var.upper().replace('T', 'TMP')}:{lv} mb:6 hour fcst:\n"
+        for n, (var, lv) in enumerate(order)))
+
+
+def _fields(order: list[tuple[str, int]] | list[tuple[str, int, str]], date: int) -> list[dict[str, object]]:
+    return [{"shortName": f[0], "typeOfLevel": f[2] if len(f) > 2 else "isobaricInhPa", "level": f[1],
+             "dataDate": date, "dataTime": 1200, "step": 6} for f in order]
+
+
+def _reordered(d: Path, name: str, swap: tuple[int, int]) -> list[Path]:
+    """Three files of t on four levels with inventories in wgrib2's words; the last two rewritten
+    with messages ``swap`` exchanged (same sizes) and their inventories left as they were."""
+    listed = [("t", 500), ("t", 250), ("t", 850), ("t", 700)]
+    files = []
+    for k in range(3):
+        path = d / f"{name}{k}.grib2"
+        date = 20240115 + k
+        stored = list(listed)
+        if k:
+            a, b = swap
+            stored[a], stored[b] = stored[b], stored[a]
+        write_grib(path, _fields(stored, date), seed=1)
+        _wgrib2_idx(path, listed, date)
+        files.append(path)
+    assert len({f.stat().st_size for f in files}) == 1 and files[0].stat().st_size % len(listed) == 0
+    return files
+
+
+def test_a_reordered_file_whose_inventory_stayed_is_read_whole(tmp_path: Path) -> None:
+    """Issue 40, item 6: GRIB files rewritten with their messages in another order (same sizes) and
+    their .idx left as it was gave t at 250 and 850 hPa swapped, silently. Each message's product
+    definition is now checked against the template's, and each inventory's levels against the
+    messages a whole scan reads: every set equals the file's whole scan, and a SidecarWarning names
+    the file and its sidecar. Locally every message is checked; over HTTP the sampled ones."""
+    from refset.scan import SidecarWarning
+    from tests.httpserver import RangeServer
+
+    files = _reordered(tmp_path, "r", (1, 2))  # the first message, which the template samples, in place
+    run = Scan()
+    with pytest.warns(SidecarWarning) as caught:
+        sets = [run(str(f)) for f in files]
+    for f, rs in zip(files, sets, strict=True):
+        assert rs.to_dict() == _whole(f, tmp_path), f.name
+    named = [(w.message.url, w.message.sidecar) for w in caught]  # type: ignore[union-attr]
+    assert named == [(str(f), f"{f}.idx") for f in files[1:]]
+    assert "line 2 says TMP:250 mb, the message at byte" in str(caught[0].message)
+    assert "is t at isobaricInhPa 850" in str(caught[0].message)
+    got = refset.open_dataset(refset.combine(sets, concat_dims="time")).t.sel(isobaricInhPa=250).values
+    for k, f in enumerate(files):
+        with xr.open_dataset(f, engine="cfgrib", backend_kwargs={"indexpath": ""}) as want:
+            np.testing.assert_array_equal(got[k], want.t.sel(isobaricInhPa=250).values)
+
+    # a product whose files disagree on a field the inventories name alike (no level tells): neither
+    # file's inventory is trusted, both read whole
+    fields = [("t", 500, "isobaricInhPa"), ("2t", 2, "heightAboveGround"), ("u", 500, "isobaricInhPa")]
+    for k, order in enumerate((fields, [fields[0], fields[2], fields[1]])):
+        path = tmp_path / f"s{k}.grib2"
+        write_grib(path, _fields(order, 20240115 + k), seed=1)
+        size = path.stat().st_size // 3
+        path.with_name(path.name + ".idx").write_text("".join(
+            f"{n + 1}:{n * size}:d={20240115 + k}12:{v}:{lv}:6 hour fcst:\n"
+            for n, (v, lv) in enumerate([("TMP", "500 mb"), ("TMP", "2 m above ground"), ("UGRD", "500 mb")])))
+    run = Scan()
+    with pytest.warns(SidecarWarning, match="s0.grib2.idx, which lists the same messages"):
+        for k in range(2):
+            f = tmp_path / f"s{k}.grib2"
+            assert run(str(f)).to_dict() == _whole(f, tmp_path)
+
+    remote = tmp_path / "http"
+    remote.mkdir()
+    files = _reordered(remote, "h", (0, 1))  # the sampled message moved
+    with RangeServer(remote) as srv:
+        run = Scan(head_bytes=1024)
+        with pytest.warns(SidecarWarning):
+            for f in files:
+                url = f"{srv.url}/{f.name}"
+                assert run(url).to_dict() == refset.rename_urls(refset.scan(str(f)), {str(f): url}).to_dict()

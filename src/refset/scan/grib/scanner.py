@@ -19,14 +19,16 @@ whose messages are cut, is :class:`~refset.errors.InvalidFile`.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from refset.abc.scanner import DropList
+from refset.abc.scanner import DropList, SidecarWarning
 from refset.errors import Unsupported
 from refset.io.magic import is_grib
 from refset.io.scanfile import Broken, ScanFile
@@ -81,11 +83,9 @@ def _in(data: bytes, base: int) -> Callable[[int, int], bytes]:
     return read
 
 
-def _grid_digest(read: Callable[[int, int], bytes], at: int, end: int) -> bytes | None:
-    """A digest of the grid definition section (3) of the GRIB2 message at ``at``, or None (GRIB1, or
-    sections that do not walk)."""
-    import hashlib
-
+def _section(read: Callable[[int, int], bytes], at: int, end: int, number: int) -> bytes | None:
+    """Section ``number`` (its bytes) of the GRIB2 message at ``at``, or None (GRIB1, or sections that
+    do not walk)."""
     if read(at + 7, 1) != b"\x02":
         return None
     pos = at + 16
@@ -93,13 +93,46 @@ def _grid_digest(read: Callable[[int, int], bytes], at: int, end: int) -> bytes 
         head = read(pos, 5)
         if len(head) < 5 or head[:4] == b"7777":
             return None
-        length, number = int.from_bytes(head[:4], "big"), head[4]
-        if length < 5 or pos + length > end or number > 3:
+        length, kind = int.from_bytes(head[:4], "big"), head[4]
+        if length < 5 or pos + length > end or kind > number:
             return None
-        if number == 3:
-            return hashlib.blake2b(read(pos, length), digest_size=16).digest()
+        if kind == number:
+            return read(pos, length)
         pos += length
     return None
+
+
+def _grid_digest(read: Callable[[int, int], bytes], at: int, end: int) -> bytes | None:
+    """A digest of the grid definition section (3) of the GRIB2 message at ``at``, or None (GRIB1, or
+    sections that do not walk)."""
+    import hashlib
+
+    sec = _section(read, at, end, 3)
+    return None if sec is None else hashlib.blake2b(sec, digest_size=16).digest()
+
+
+#: Product definition templates whose horizontal levels are at octets 23-34 and forecast time at 19-22
+#: (4.0-4.15), and the octets after them that say which field it is (ensemble member, probability,
+#: percentile): 0-based slices of section 4.
+_PRODUCT_FIELDS = {**{t: ((11, 17), (22, 34)) for t in range(16)},
+                   **{t: ((11, 17), (22, 37)) for t in (1, 11)}, **{t: ((11, 17), (22, 36)) for t in (2, 12)},
+                   **{t: ((11, 17), (22, 47)) for t in (5, 9)}, **{t: ((11, 17), (22, 35)) for t in (6, 10)},
+                   **{t: ((11, 19), (24, 36)) for t in (40, 42)}, **{t: ((11, 19), (24, 39)) for t in (41, 43)}}
+
+
+def _product_digest(read: Callable[[int, int], bytes], at: int, end: int) -> bytes | None:
+    """A digest of what field the GRIB2 message at ``at`` holds, as two files of one product share it:
+    its discipline and its product definition (section 4) but for the times (the forecast time, a
+    statistical period's end): the parameter, the levels, the ensemble member... (templates other than
+    :data:`_PRODUCT_FIELDS`': the parameter only). None: GRIB1, or sections that do not walk."""
+    import hashlib
+
+    sec = _section(read, at, end, 4)
+    if sec is None or len(sec) < 11:
+        return None
+    template = int.from_bytes(sec[7:9], "big")
+    parts = [read(at + 6, 1), sec[5:11]] + [sec[a:b] for a, b in _PRODUCT_FIELDS.get(template, ())]
+    return hashlib.blake2b(b"|".join(parts), digest_size=16).digest()
 
 
 def _declared(head: bytes) -> int | None:
@@ -166,6 +199,7 @@ class _Message:
     level: float
     number: int
     grid_section: bytes | None = None  # a digest of its grid definition section (GRIB2), for .idx templates
+    product: bytes | None = None  # and of what field it holds (:func:`_product_digest`)
 
 
 @dataclass
@@ -281,6 +315,36 @@ def _seconds(date: int | None, time: int | None) -> int:
     return int((d - _EPOCH).total_seconds())
 
 
+#: wgrib2's words for a level of one number, and how ecCodes says it: (typeOfLevel, factor to its unit)
+_LEVEL_WORDS = {"mb": {"isobaricInhPa": 1.0, "isobaricInPa": 100.0}, "m above ground": {"heightAboveGround": 1.0},
+                "m above mean sea level": {"heightAboveSea": 1.0}, "hybrid level": {"hybrid": 1.0},
+                "K isentropic level": {"theta": 1.0}, "sigma level": {"sigma": 1.0}}
+_LEVEL_TEXT = re.compile(r"(\d+(?:\.\d+)?) (" + "|".join(map(re.escape, _LEVEL_WORDS)) + ")")
+
+
+def _disagreement(lines: list[IdxLine], messages: list[_Message]) -> str | None:
+    """How the inventory ``lines`` does not describe the file whose ``messages`` they are (None: it
+    does, as far as it says): the number of messages, their offsets, reference times, forecast
+    steps, and levels wgrib2 names by one number (``500 mb``, ``2 m above ground``)."""
+    if len(lines) != len(messages):
+        return f"it lists {len(lines)} messages, the file holds {len(messages)}"
+    for ln, m in zip(lines, messages, strict=True):
+        if ln.offset != m.offset:
+            return f"its line {ln.n} says byte {ln.offset}, the message is at byte {m.offset}"
+        if forecast_minutes(ln.forecast) != m.step:
+            return f"its line {ln.n} says {ln.forecast!r}, the message at byte {m.offset} is at step {m.step} min"
+        date, time = m.keys.get("dataDate"), m.keys.get("dataTime")
+        if date is not None and time is not None and not time % 100 and ln.date != date * 100 + time // 100:
+            return f"its line {ln.n} says d={ln.date}, the message at byte {m.offset} is of {date} {time:04d}"
+        level = _LEVEL_TEXT.fullmatch(ln.level)
+        if level is not None:
+            factor = _LEVEL_WORDS[level.group(2)].get(str(m.keys.get("typeOfLevel")))
+            if factor is not None and abs(float(level.group(1)) * factor - m.level) > 1e-6 * max(1.0, abs(m.level)):
+                return (f"its line {ln.n} says {ln.var}:{ln.level}, the message at byte {m.offset} is "
+                        f"{m.keys.get('shortName')} at {m.keys.get('typeOfLevel')} {m.level:g}")
+    return None
+
+
 class GribScanner(FlatScanner):
     """GRIB files, editions 1 and 2 (needs ecCodes: ``pip install 'refset[grib]'``)."""
 
@@ -298,6 +362,7 @@ class GribScanner(FlatScanner):
         self._no_idx: set[str] = set()  # directories of remote files that had no sidecar
         self._with_idx: set[str] = set()  # and that had one
         self._unteachable: set[Any] = set()  # inventory shapes whose file did not agree with them
+        self._taught: dict[tuple[Any, ...], str] = {}  # the file each template was learnt from
         # what threads sharing this scanner (Scan.many) are making now: a grid, a template; the others
         # asking for the same wait for it rather than make it again (64 threads, one HRRR grid each)
         self._making: dict[tuple[str, Any], threading.Event] = {}
@@ -420,9 +485,11 @@ class GribScanner(FlatScanner):
                 k, gid = _keys(data, o)
                 if gid not in grids:
                     grids[gid] = self._grid(gid, data, o)
+                read = _in(data, o)
                 messages.append(_Message(o, n, k, gid, _seconds(k["dataDate"], k["dataTime"]), k["step"],
                                          k["level"], k["number"],
-                                         _grid_digest(_in(data, o), o, o + n) if lines is not None else None))
+                                         _grid_digest(read, o, o + n) if lines is not None else None,
+                                         _product_digest(read, o, o + n) if lines is not None else None))
             batch.clear()
 
         for o, n in spans:
@@ -434,26 +501,42 @@ class GribScanner(FlatScanner):
         if batch:
             flush()
         if lines is not None:
-            self._learn(lines, messages)
+            self._learn(file, lines, messages)
         return messages, grids
 
-    def _learn(self, lines: list[IdxLine], messages: list[_Message]) -> None:
+    def _learn(self, file: ScanFile, lines: list[IdxLine], messages: list[_Message]) -> None:
         """Keep ``messages`` as the template of inventories shaped like ``lines`` when the inventory
-        agrees with them: one line a message, at its offset, with its reference time and step."""
-        if len(lines) != len(messages) or any(m.grid_section is None for m in messages) or any(
-                ln.offset != m.offset or forecast_minutes(ln.forecast) != m.step or m.keys.get("dataDate") is None
-                or m.keys.get("dataTime") is None or m.keys["dataTime"] % 100
-                or ln.date != m.keys["dataDate"] * 100 + m.keys["dataTime"] // 100
-                for ln, m in zip(lines, messages, strict=True)):
-            # GRIB1 (no grid digests here), or an inventory that does not agree: no thread waits on
-            # another's scan of such an inventory's shape again (a bounded memo)
+        agrees with them: one line a message, at its offset, with its reference time, step and level,
+        and the same fields as the file that taught the template before (if any) holds at the same
+        lines. An inventory that disagrees does not describe its file: a :class:`SidecarWarning`
+        (the file was read whole: its set is right); where two files' inventories of the same lines
+        disagree on which field a line is, one of them does not describe its file: neither teaches,
+        and the run scans files of that shape whole."""
+        shape = shape_of(lines)
+        why = _disagreement(lines, messages)
+        before = self._templates.get(shape)
+        if why is None and before is not None:
+            k = next((k for k, (a, b) in enumerate(zip(before, messages, strict=True)) if a.product != b.product), -1)
+            if k >= 0:
+                taught = self._taught.get(shape, "another file")
+                why = (f"its line {k + 1} ({lines[k].var}:{lines[k].level}) is another field than the same line of "
+                       f"{taught}.idx, which lists the same messages: one of the two inventories is out of date")
+                self._templates.pop(shape, None)
+        if why is not None:
+            warnings.warn(SidecarWarning(file.url, file.url + ".idx", why), stacklevel=2)
+        if why is not None or any(m.grid_section is None or m.product is None or m.keys.get("dataDate") is None
+                                  or m.keys.get("dataTime") is None or m.keys["dataTime"] % 100 for m in messages):
+            # GRIB1 (no digests here), times in minutes, or an inventory that does not agree: no thread
+            # waits on another's scan of such an inventory's shape again (a bounded memo)
             if len(self._unteachable) >= _MEMO_GRIDS * 64:
                 self._unteachable.clear()
-            self._unteachable.add(shape_of(lines))
+            self._unteachable.add(shape)
             return
         if len(self._templates) >= _MEMO_GRIDS:
             self._templates.clear()
-        self._templates[shape_of(lines)] = messages
+            self._taught.clear()
+        self._templates[shape] = messages
+        self._taught[shape] = file.url
 
     def _from_template(self, file: ScanFile, lines: list[IdxLine]
                        ) -> tuple[list[_Message], dict[tuple[Any, ...], _Grid]] | None:
@@ -483,7 +566,7 @@ class GribScanner(FlatScanner):
             keys = {**t.keys, "dataDate": ln.date // 100, "dataTime": ln.date % 100 * 100, "step": step}
             out.append(_Message(ln.offset, end - ln.offset, keys, t.grid, _seconds(keys["dataDate"],
                                                                                   keys["dataTime"]),
-                                step, t.level, t.number, t.grid_section))
+                                step, t.level, t.number, t.grid_section, t.product))
         if file.local:  # every message's header, grid section and end marker checked (no request)
             for m in out:
                 length = _declared(file.read_at(m.offset, 16))
@@ -491,6 +574,8 @@ class GribScanner(FlatScanner):
                     return None
                 if _grid_digest(file.read_at, m.offset, m.offset + length) != m.grid_section:
                     return None  # a message on another grid than the template's at its place
+                if _product_digest(file.read_at, m.offset, m.offset + length) != m.product:
+                    return None  # another field than the template's at its place (a reordered file)
                 m.length = length
             last = out[-1]
             if last.length < file.size - last.offset and b"GRIB" in file.read_at(
@@ -512,7 +597,9 @@ class GribScanner(FlatScanner):
                 return None
             if k == len(out) - 1 and length != len(data):
                 return None  # bytes after the last message: messages the inventory does not list
-            if _grid_digest(_in(data, m.offset), m.offset, m.offset + length) != m.grid_section:
+            read = _in(data, m.offset)
+            if (_grid_digest(read, m.offset, m.offset + length) != m.grid_section
+                    or _product_digest(read, m.offset, m.offset + length) != m.product):
                 return None
             data = data[:length]
             got, gid = _keys(data, m.offset)
