@@ -202,3 +202,16 @@ def test_values_dtypes_attrs_and_encoding_are_engine_zarrs(tmp_path, zarr_format
             if name in theirs:
                 s = {k: v for k, v in sel.items() if k in theirs[name].dims}
                 xr.testing.assert_identical(ours[name].isel(s).load(), theirs[name].isel(s).load())
+
+
+def test_preferred_chunks_span_files_then_whole_maps() -> None:
+    """Dask's chunks for chunks={}: whole stored chunks, up to dask's array.chunk-size (128 MiB): 64
+    along the outer (concat) dim first, then the inner dims whole while they fit, then the outer dim
+    again; an array whose map alone fills the budget keeps 64 steps and what fits of the map."""
+    from refset.serve.variables import preferred_chunks
+
+    daily = preferred_chunks((365, 360, 720), (1, 60, 60), 4)
+    assert daily == (129, 360, 720)  # a day's map is one task; a time series 3 tasks of 129 files
+    assert preferred_chunks((365, 2000, 2000), (1, 500, 500), 4) == (64, 1000, 500)
+    assert preferred_chunks((365, 360, 720), (1, 60, 60), 4, target=4096) == (1, 60, 60)  # never split a chunk
+    assert preferred_chunks((7,), (3,), 8) == (7,) and preferred_chunks((), (), 8) == ()

@@ -236,17 +236,14 @@ def _promoted(result_type: Any, dtypes: list[np.dtype[Any]]) -> np.dtype[Any]:
 
 
 def _chunks(layout: Parts, metas: tuple[ArrayMetadata, ...], itemsize: int) -> dict[str, tuple[int, ...]]:
-    """Dask chunks along every dim that never straddle a stored chunk of any part: the boundaries every
-    part's chunks allow (along the concat dim each part's in turn, along the others every part's at
-    once), joined from the outermost dim in, as :func:`~refset.serve.variables.preferred_chunks` grows
-    a regular array's, up to about its target bytes."""
-    import itertools
-
-    from refset.serve.variables import task_bytes
+    """Dask chunks along every dim that never straddle a stored chunk of any part: of the boundaries
+    every part's chunks allow (along the concat dim each part's in turn, along the others every part's
+    at once), those :func:`~refset.serve.variables.task_chunks` keeps, the concat dim first."""
+    from refset.serve.variables import task_chunks
 
     ax = layout.axis
     edges: list[list[int]] = []
-    for a, _dim in enumerate(layout.dims):
+    for a in range(len(layout.dims)):
         if a == ax:
             cuts = [0]
             for m, lo, hi in zip(metas, layout.bounds[:-1], layout.bounds[1:], strict=True):
@@ -259,31 +256,4 @@ def _chunks(layout: Parts, metas: tuple[ArrayMetadata, ...], itemsize: int) -> d
         for m in metas:
             stops.update(range(0, n, max(int(m.chunks[a]), 1)))
         edges.append(sorted(stops))
-    base = [max((b - a_ for a_, b in itertools.pairwise(e)), default=0) for e in edges]
-    target = task_bytes()
-    size = max(itemsize, 1) * int(np.prod([max(b, 1) for b in base]))
-    out: dict[str, tuple[int, ...]] = {}
-    growing = True
-    for a, dim in enumerate(layout.dims):
-        e = edges[a]
-        if growing and len(e) > 2:
-            per = size // max(base[a], 1)  # bytes of a block per position along a
-            e = _join(e, max(target // max(per, 1), base[a]))
-            size = per * max(b - a_ for a_, b in itertools.pairwise(e))
-            growing = len(e) == 2
-        out[dim] = tuple(int(b - a_) for a_, b in itertools.pairwise(e)) or (0,)
-    return out
-
-
-def _join(edges: list[int], room: int) -> list[int]:
-    """Of the boundaries ``edges``, those left when consecutive segments are joined while the joined
-    segment spans at most ``room`` positions (a longer segment stays alone)."""
-    out = [edges[0]]
-    last = edges[0]
-    for x in edges[1:]:
-        if x - out[-1] > room and last > out[-1]:
-            out.append(last)
-        last = x
-    if out[-1] != edges[-1]:
-        out.append(edges[-1])
-    return out
+    return dict(zip(layout.dims, task_chunks(edges, itemsize, ax), strict=True))

@@ -16,7 +16,7 @@ import numpy as np
 from refset.serve.engine import EngineRef
 
 __all__ = ["open_variable", "variable_of", "values_of", "dims_and_attrs", "fill_value_decode", "task_bytes",
-           "preferred_chunks", "TASK_BYTES"]
+           "preferred_chunks", "task_chunks", "TASK_BYTES", "SPAN"]
 
 #: Bytes of values a Dask chunk holds at most when dask's ``array.chunk-size`` is not set (its default).
 TASK_BYTES = 128 * 2**20
@@ -157,24 +157,66 @@ def task_bytes() -> int:
     return TASK_BYTES
 
 
+#: Stored chunks a task spans along the concat dim (the outermost) before the other dims grow: a time
+#: series at one point is a task per this many files even where a file's map fills the budget alone.
+SPAN = 64
+
+
 def preferred_chunks(shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int,
-                     target: int | None = None) -> tuple[int, ...]:
-    """Dask chunks for ``chunks={}``: whole stored chunks, grown along the outermost dims first (in a
-    set of many files, the concat dim: a task reads a stored chunk of many files at once) up to about
-    ``target`` bytes (:func:`task_bytes`), the inner dims keeping their stored chunks once it is
-    reached. A task then reads many chunks in one plan instead of one chunk (and one round trip)
-    each."""
+                     target: int | None = None) -> tuple[int | tuple[int, ...], ...]:
+    """Dask chunks for ``chunks={}`` of a regular array: see :func:`task_chunks` (the outermost dim
+    first); an int per dim where the chunks are regular."""
+    edges = [[*range(0, n, max(int(c), 1)), n] if n else [0, 0] for n, c in zip(shape, chunks, strict=True)]
+    got = task_chunks(edges, itemsize, 0, target)
+    return tuple(g[0] if len(set(g[:-1])) <= 1 and g[-1] <= g[0] else g for g in got)
+
+
+def task_chunks(edges: list[list[int]], itemsize: int, first: int, target: int | None = None,
+                ) -> list[tuple[int, ...]]:
+    """Dask chunks made of whole stored chunks: along each dim, segments of the boundaries ``edges``
+    (those no stored chunk straddles), joined to hold about ``target`` bytes of values a task
+    (:func:`task_bytes`): along dim ``first`` (the concat dim: across files) up to :data:`SPAN` stored
+    chunks first, then the other dims, outer to inner, each whole while it fits (the rest keep their
+    stored chunks once one does not), then ``first`` again with what is left. A task then reads many
+    chunks in one plan (a day's map whole, a time series a task per many files) instead of one chunk
+    (and one round trip) each."""
+    import itertools
+
     target = task_bytes() if target is None else target
-    out = [max(int(c), 1) for c in chunks]
-    size = max(int(itemsize), 1) * int(np.prod([min(c, max(n, 1)) for c, n in zip(out, shape, strict=True)]))
-    for a, (n, c) in enumerate(zip(shape, out, strict=True)):
-        if n <= c:
-            out[a] = n if n else c
-            continue
-        per = size // c  # bytes of a block per position along a
-        grown = min(n, max(1, target // max(per * c, 1)) * c)
-        out[a] = grown
-        size = per * grown
-        if grown < n:
-            break
-    return tuple(out)
+    nd = len(edges)
+    if not nd:
+        return []
+    segs = [max((b - a for a, b in itertools.pairwise(e)), default=0) for e in edges]
+    out = [list(e) for e in edges]
+    size = max(int(itemsize), 1) * int(np.prod([max(x, 1) for x in segs]))
+
+    def grow(a: int, room: int) -> None:
+        nonlocal size
+        per = size // max(segs[a], 1)  # bytes of a block per position along a
+        out[a] = _join(edges[a], max(min(room, target // max(per, 1)), segs[a]))
+        segs[a] = max((b - x for x, b in itertools.pairwise(out[a])), default=0)
+        size = per * max(segs[a], 1)
+
+    grow(first, SPAN * max(segs[first], 1))
+    whole = True
+    for a in range(nd):
+        if a != first and whole:
+            grow(a, edges[a][-1])
+            whole = len(out[a]) <= 2
+    if whole:
+        grow(first, edges[first][-1])
+    return [tuple(int(b - x) for x, b in itertools.pairwise(e)) or (0,) for e in out]
+
+
+def _join(edges: list[int], room: int) -> list[int]:
+    """Of the boundaries ``edges``, those left when consecutive segments are joined while the joined
+    segment spans at most ``room`` positions (a longer segment stays alone)."""
+    out = [edges[0]]
+    last = edges[0]
+    for x in edges[1:]:
+        if x - out[-1] > room and last > out[-1]:
+            out.append(last)
+        last = x
+    if out[-1] != edges[-1]:
+        out.append(edges[-1])
+    return out
