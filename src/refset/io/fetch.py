@@ -41,7 +41,7 @@ __all__ = [
 
 DEFAULT_MAX_GAP = 64_000  # bytes; as fsspec's ReferenceFileSystem
 DEFAULT_MAX_BLOCK = 256_000_000  # bytes; as fsspec's ReferenceFileSystem
-DEFAULT_MAX_INFLIGHT = 64  # requests in flight at once per reader
+DEFAULT_MAX_INFLIGHT = 256  # requests in flight at once per read: as many as a pool holds (io/pool.py)
 RETRIES = 2  # extra attempts after a transient failure
 DEFAULT_TIMEOUT = 30.0  # seconds per attempt (connect + answer); with retries a silent server fails in ~91 s
 _GAP_CAP = 1 << 40  # max_gap beyond this merges everything in a file anyway; keeps int64 arithmetic safe
