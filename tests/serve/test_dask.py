@@ -66,6 +66,9 @@ def test_sets_stores_and_filesystems_pickle_by_what_reopens_them(stored, fmt):
             got = sync(again.get("v/3.1.2", default_buffer_prototype()))
             assert got is not None and got.to_bytes() == fs.cat_file("v/3.1.2")
     assert pickle.loads(pickle.dumps(fs)).targets.remote_options == {"anon": True}
+    # a worker unpickling the tasks of one computation, and of the next, opens the set once
+    blob = pickle.dumps(store)
+    assert pickle.loads(blob).engine is pickle.loads(blob).engine is not store.engine
 
 
 def test_in_memory_sets_pickle_their_columns(stored):

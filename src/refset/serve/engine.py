@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -402,8 +403,6 @@ class EngineRef:
     __slots__ = ("_engine", "_lock", "fo", "options")
 
     def __init__(self, fo: Any, options: Mapping[str, Any] | None = None, engine: ReadEngine | None = None) -> None:
-        import threading
-
         self.fo = fo  # a ReferenceSet, or an object holding an engine (a refset.ReferenceFileSystem)
         self.options = {k: v for k, v in (options or {}).items() if v is not None}
         self._engine = engine
@@ -433,4 +432,41 @@ class EngineRef:
         return got
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (EngineRef, (self.fo, self.options))
+        import pickle
+
+        return (_reopened, (pickle.dumps((self.fo, self.options), protocol=pickle.HIGHEST_PROTOCOL),))
+
+
+#: EngineRefs a process unpickled, by what they pickle as (most recently used last): on a Dask worker
+#: the tasks of a computation, and of the next ones, share one engine instead of reopening the set
+#: each time. A few are kept; a set held in memory only (its columns pickled) is not.
+_REOPENED: dict[bytes, EngineRef] = {}
+_KEEP = 4
+_KEY_BYTES = 1 << 16
+_REOPENED_LOCK = threading.Lock()
+
+
+def _reopened(blob: bytes) -> EngineRef:
+    import pickle
+
+    if len(blob) > _KEY_BYTES:
+        return EngineRef(*pickle.loads(blob))
+    with _REOPENED_LOCK:
+        got = _REOPENED.pop(blob, None)
+        if got is not None:
+            _REOPENED[blob] = got  # the most recent last
+            return got
+    got = EngineRef(*pickle.loads(blob))
+    with _REOPENED_LOCK:
+        got = _REOPENED.setdefault(blob, got)
+        while len(_REOPENED) > _KEEP:
+            del _REOPENED[next(iter(_REOPENED))]
+    return got
+
+
+def _forget() -> None:  # a forked child: its parent's engines hold the parent's connections and loop
+    _REOPENED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget)
