@@ -235,25 +235,28 @@ def _promoted(result_type: Any, dtypes: list[np.dtype[Any]]) -> np.dtype[Any]:
     return got
 
 
-def _chunks(layout: Parts, metas: tuple[ArrayMetadata, ...], itemsize: int) -> dict[str, tuple[int, ...]]:
+def _chunks(layout: Parts, metas: tuple[ArrayMetadata, ...], itemsize: int) -> dict[str, int | tuple[int, ...]]:
     """Dask chunks along every dim that never straddle a stored chunk of any part: of the boundaries
     every part's chunks allow (along the concat dim each part's in turn, along the others every part's
     at once), those :func:`~refset.serve.variables.task_chunks` keeps, the concat dim first."""
     from refset.serve.variables import task_chunks
 
     ax = layout.axis
-    edges: list[list[int]] = []
+    axes: list[tuple[int, int] | list[int]] = []
     for a in range(len(layout.dims)):
+        n = layout.shape[a]
+        sizes = {max(int(m.chunks[a]), 1) for m in metas}
         if a == ax:
             cuts = [0]
             for m, lo, hi in zip(metas, layout.bounds[:-1], layout.bounds[1:], strict=True):
                 c = max(int(m.chunks[a]), 1)
                 cuts += [*range(lo + c, hi, c), hi]
-            edges.append(sorted(set(cuts)))
-            continue
-        n = layout.shape[a]
-        stops = {0, n}
-        for m in metas:
-            stops.update(range(0, n, max(int(m.chunks[a]), 1)))
-        edges.append(sorted(stops))
-    return dict(zip(layout.dims, task_chunks(edges, itemsize, ax), strict=True))
+            axes.append(sorted(set(cuts)))
+        elif len(sizes) == 1:
+            axes.append((n, sizes.pop()))  # every part chunked alike: a regular grid
+        else:
+            stops = {0, n}
+            for c in sizes:
+                stops.update(range(0, n, c))
+            axes.append(sorted(stops))
+    return dict(zip(layout.dims, task_chunks(axes, itemsize, ax), strict=True))

@@ -164,48 +164,60 @@ SPAN = 64
 
 def preferred_chunks(shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int,
                      target: int | None = None) -> tuple[int | tuple[int, ...], ...]:
-    """Dask chunks for ``chunks={}`` of a regular array: see :func:`task_chunks` (the outermost dim
-    first); an int per dim where the chunks are regular."""
-    edges = [[*range(0, n, max(int(c), 1)), n] if n else [0, 0] for n, c in zip(shape, chunks, strict=True)]
-    got = task_chunks(edges, itemsize, 0, target)
-    return tuple(g[0] if len(set(g[:-1])) <= 1 and g[-1] <= g[0] else g for g in got)
+    """Dask chunks for ``chunks={}`` of a regular array: :func:`task_chunks`, the outermost dim first."""
+    return tuple(task_chunks([(int(n), int(c)) for n, c in zip(shape, chunks, strict=True)], itemsize, 0, target))
 
 
-def task_chunks(edges: list[list[int]], itemsize: int, first: int, target: int | None = None,
-                ) -> list[tuple[int, ...]]:
-    """Dask chunks made of whole stored chunks: along each dim, segments of the boundaries ``edges``
-    (those no stored chunk straddles), joined to hold about ``target`` bytes of values a task
-    (:func:`task_bytes`): along dim ``first`` (the concat dim: across files) up to :data:`SPAN` stored
-    chunks first, then the other dims, outer to inner, each whole while it fits (the rest keep their
-    stored chunks once one does not), then ``first`` again with what is left. A task then reads many
-    chunks in one plan (a day's map whole, a time series a task per many files) instead of one chunk
-    (and one round trip) each."""
+def task_chunks(axes: list[tuple[int, int] | list[int]], itemsize: int, first: int, target: int | None = None,
+                ) -> list[int | tuple[int, ...]]:
+    """Dask chunks made of whole stored chunks. ``axes``: per dim ``(size, chunk)`` (a regular grid,
+    answered as an int, however many chunks) or the list of boundaries no stored chunk straddles
+    (answered as a tuple of sizes). Along each dim stored chunks are joined so that a task holds about
+    ``target`` bytes of values (:func:`task_bytes`): along dim ``first`` (the concat dim: across files)
+    up to :data:`SPAN` stored chunks first, then the other dims, outer to inner, each whole while it
+    fits (the rest keep their stored chunks once one does not), then ``first`` again with what is
+    left. A task then reads many chunks in one plan (a day's map whole, a time series a task per many
+    files) instead of one chunk (and one round trip) each."""
     import itertools
 
     target = task_bytes() if target is None else target
-    nd = len(edges)
-    if not nd:
+    if not axes:
         return []
-    segs = [max((b - a for a, b in itertools.pairwise(e)), default=0) for e in edges]
-    out = [list(e) for e in edges]
-    size = max(int(itemsize), 1) * int(np.prod([max(x, 1) for x in segs]))
+    seg = [max(int(x[1]), 1) if isinstance(x, tuple) else max((b - a for a, b in itertools.pairwise(x)), default=1)
+           for x in axes]
+    ext = [int(x[0]) if isinstance(x, tuple) else int(x[-1]) for x in axes]
+    cur = [min(s, n) if n else s for s, n in zip(seg, ext, strict=True)]  # a task's extent per dim
+    out: list[int | tuple[int, ...]] = [x[1] if isinstance(x, tuple) else
+                                        tuple(int(b - a) for a, b in itertools.pairwise(x)) or (0,) for x in axes]
+    size = max(int(itemsize), 1) * int(np.prod([max(c, 1) for c in cur]))
 
-    def grow(a: int, room: int) -> None:
+    def grow(a: int, room: int) -> bool:
+        """Join along dim ``a`` to at most ``room`` positions within the budget; whether it is whole."""
         nonlocal size
-        per = size // max(segs[a], 1)  # bytes of a block per position along a
-        out[a] = _join(edges[a], max(min(room, target // max(per, 1)), segs[a]))
-        segs[a] = max((b - x for x, b in itertools.pairwise(out[a])), default=0)
-        size = per * max(segs[a], 1)
+        per = size // max(cur[a], 1)  # bytes of a task per position along a
+        room = max(min(room, target // max(per, 1)), seg[a])
+        x = axes[a]
+        if isinstance(x, tuple):
+            n, c = ext[a], seg[a]
+            cur[a] = (n if room >= n else room // c * c) if n else c
+            out[a] = cur[a]
+            whole = cur[a] >= n
+        else:
+            e = _join(x, room)
+            cur[a] = max((b - y for y, b in itertools.pairwise(e)), default=1)
+            out[a] = tuple(int(b - y) for y, b in itertools.pairwise(e)) or (0,)
+            whole = len(e) <= 2
+        size = per * max(cur[a], 1)
+        return whole
 
-    grow(first, SPAN * max(segs[first], 1))
+    grow(first, SPAN * seg[first])
     whole = True
-    for a in range(nd):
+    for a in range(len(axes)):
         if a != first and whole:
-            grow(a, edges[a][-1])
-            whole = len(out[a]) <= 2
+            whole = grow(a, ext[a])
     if whole:
-        grow(first, edges[first][-1])
-    return [tuple(int(b - x) for x, b in itertools.pairwise(e)) or (0,) for e in out]
+        grow(first, ext[first])
+    return out
 
 
 def _join(edges: list[int], room: int) -> list[int]:
