@@ -362,10 +362,11 @@ async def read_range_sized(
     size: int | None = None
     while True:
         try:
-            if ranged and _is_http(fs):
-                data, size = await asyncio.wait_for(on_loop(fs, _http_range, fs, url, start, end), timeout)
-            else:
-                data = await asyncio.wait_for(acall(fs, "cat_file", url, start=start, end=end), timeout)
+            async with asyncio.timeout(timeout):  # no task of its own per attempt, as wait_for makes
+                if ranged and _is_http(fs):
+                    data, size = await on_loop(fs, _http_range, fs, url, start, end)
+                else:
+                    data = await acall(fs, "cat_file", url, start=start, end=end)
             break
         except Exception as e:
             if isinstance(e, TimeoutError | asyncio.TimeoutError):
