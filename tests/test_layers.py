@@ -1,7 +1,8 @@
 """The source tree keeps its layers: each package imports only the packages its layer may (ALLOWED),
 no module imports itself through others (no cycles, function-level imports and a package's own
-submodules included), and no private name (``_x``) is used outside its folder. Read from the source
-with ``ast``, nothing is imported."""
+submodules included), no private name (``_x``) is used outside its folder, and xarray and zarr are
+used through their public API only, but in ``refset/compat.py``. Read from the source with ``ast``,
+nothing is imported."""
 
 from __future__ import annotations
 
@@ -20,18 +21,30 @@ ALLOWED = {
     "errors": set(),
     "options": set(),
     "parallel": set(),
+    "compat": set(),
     "model": {"errors", "options", "abc"},
     "abc": {"errors", "options", "model", "io"},
     "io": {"errors", "options", "abc"},
     "formats": {"errors", "options", "parallel", "model", "abc", "io"},
     "scan": {"errors", "options", "parallel", "model", "abc", "io"},
     "combine": {"errors", "options", "parallel", "model", "abc", "io", "formats", "scan"},
-    "serve": {"errors", "options", "parallel", "model", "abc", "io", "formats"},
-    "cli": {"errors", "options", "parallel", "model", "abc", "io", "formats", "scan", "combine", "serve",
+    "serve": {"errors", "options", "parallel", "compat", "model", "abc", "io", "formats"},
+    "cli": {"errors", "options", "parallel", "compat", "model", "abc", "io", "formats", "scan", "combine", "serve",
             "(top)"},
     "testing": {"errors", "options", "model", "abc", "io", "formats", "scan", "(top)"},
-    "(top)": {"errors", "options", "model", "abc", "io", "formats", "scan", "combine", "serve"},
+    "(top)": {"errors", "options", "compat", "model", "abc", "io", "formats", "scan", "combine", "serve"},
 }
+
+#: The modules of xarray and zarr that are their public API: anything else of theirs (``zarr.core``,
+#: ``xarray.core``, ``xarray.backends.zarr``, ``xarray.coding``...) and any ``_name`` is private, and
+#: only :data:`COMPAT` may reach it (an upstream minor release may change it).
+PUBLIC = {
+    "xarray": {"xarray", "xarray.backends", "xarray.conventions", "xarray.coders", "xarray.testing"},
+    "zarr": {"zarr", "zarr.abc", "zarr.abc.store", "zarr.abc.buffer", "zarr.abc.codec", "zarr.buffer",
+             "zarr.storage", "zarr.codecs", "zarr.errors", "zarr.api", "zarr.api.asynchronous",
+             "zarr.api.synchronous", "zarr.registry", "zarr.dtype"},
+}
+COMPAT = "refset.compat"
 
 
 def _modules() -> dict[str, Path]:
@@ -112,6 +125,54 @@ def test_no_private_names_across_folders():
     assert not wrong, "private names used from another folder:\n" + "\n".join(sorted(set(wrong)))
 
 
+def _foreign_private(module: str, names: list[str]) -> list[str]:
+    """What of ``from module import names`` (or ``import module``) is private xarray or zarr."""
+    top = module.split(".")[0]
+    if top not in PUBLIC:
+        return []
+    if module not in PUBLIC[top] or any(_private(p) for p in module.split(".")):
+        return [module]
+    return [f"{module}.{n}" for n in names if _private(n) or f"{module}.{n}".startswith(("xarray.core", "zarr.core"))]
+
+
+def test_xarray_and_zarr_through_their_public_api_only():
+    """No module but refset/compat.py imports a private name of xarray or zarr (``zarr.core.*``,
+    ``xarray.core.*``, ``xarray.backends.zarr``, a ``_name``), nor reaches one as an attribute of a
+    module it imported (``xr.core.indexing``, ``zarr.core.sync``)."""
+    wrong = []
+    for m, p in _modules().items():
+        if m == COMPAT:
+            continue
+        tree = ast.parse(p.read_text(), str(p))
+        bound: dict[str, str] = {}  # a local name -> the xarray/zarr module it is
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                bad = _foreign_private(node.module, [a.name for a in node.names])
+                wrong += [f"  {m} imports {b}" for b in bad]
+                for a in node.names:
+                    if node.module.split(".")[0] in PUBLIC:
+                        bound[a.asname or a.name] = f"{node.module}.{a.name}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    wrong += [f"  {m} imports {b}" for b in _foreign_private(a.name, [])]
+                    if a.name.split(".")[0] in PUBLIC:
+                        bound[a.asname or a.name.split(".")[0]] = (a.asname and a.name) or a.name.split(".")[0]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            chain, cur = [node.attr], node.value
+            while isinstance(cur, ast.Attribute):
+                chain.append(cur.attr)
+                cur = cur.value
+            if isinstance(cur, ast.Name) and cur.id in bound:
+                full = ".".join([bound[cur.id], *reversed(chain)])
+                parts = full.split(".")
+                if any(_private(x) for x in parts) or full.startswith(("xarray.core", "zarr.core",
+                                                                       "xarray.backends.zarr")):
+                    wrong.append(f"  {m} uses {full}")
+    assert not wrong, "private xarray/zarr names outside refset/compat.py:\n" + "\n".join(sorted(set(wrong)))
+
+
 def test_no_import_cycles():
     modules = _modules()
     graph: dict[str, set[str]] = {m: set() for m in modules}
@@ -168,6 +229,11 @@ def test_no_import_cycles():
       "combine/cluster.py": "def f():\n    from refset.combine import g\n"}, "cycles"),
     ({"model/a.py": "from refset.model.b import x\n", "model/b.py": "def f():\n    import refset.model.a\n"},
      "cycles"),
+    ({"serve/a.py": "def f():\n    from zarr.core.sync import sync\n"}, "upstream"),
+    ({"serve/a.py": "from xarray.core import indexing\n"}, "upstream"),
+    ({"serve/a.py": "from xarray.backends.zarr import ZarrStore\n"}, "upstream"),
+    ({"serve/a.py": "import xarray as xr\nx = xr.core.indexing\n"}, "upstream"),
+    ({"serve/a.py": "import zarr\nx = zarr._version\n"}, "upstream"),
 ])
 def test_the_checks_see_what_they_guard(tmp_path, monkeypatch, plant, fails):
     """Each check fails on a planted breach of its rule, and only that check."""
@@ -184,7 +250,7 @@ def test_the_checks_see_what_they_guard(tmp_path, monkeypatch, plant, fails):
         (pkg / path).write_text(text)
     monkeypatch.setattr(sys.modules[__name__], "SRC", pkg)
     checks = {"layers": test_packages_import_only_the_layers_below, "private": test_no_private_names_across_folders,
-              "cycles": test_no_import_cycles}
+              "cycles": test_no_import_cycles, "upstream": test_xarray_and_zarr_through_their_public_api_only}
     for name, check in checks.items():
         if name == fails:
             with pytest.raises(AssertionError):

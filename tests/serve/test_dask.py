@@ -66,6 +66,9 @@ def test_sets_stores_and_filesystems_pickle_by_what_reopens_them(stored, fmt):
             got = sync(again.get("v/3.1.2", default_buffer_prototype()))
             assert got is not None and got.to_bytes() == fs.cat_file("v/3.1.2")
     assert pickle.loads(pickle.dumps(fs)).targets.remote_options == {"anon": True}
+    # a worker unpickling the tasks of one computation, and of the next, opens the set once
+    blob = pickle.dumps(store)
+    assert pickle.loads(blob).engine is pickle.loads(blob).engine is not store.engine
 
 
 def test_in_memory_sets_pickle_their_columns(stored):
@@ -127,8 +130,10 @@ def test_process_cluster_computes_through_engine_refset(stored, client, fmt):
     _rs, data, paths = stored
     from distributed import get_task_stream
 
-    ds = xr.open_dataset(paths[fmt], engine="refset", chunks={})
-    assert ds.v.data.npartitions > 1
+    dask = pytest.importorskip("dask")
+    with dask.config.set({"array.chunk-size": "4KiB"}):  # tasks of 10 stored chunks (400 bytes each)
+        ds = xr.open_dataset(paths[fmt], engine="refset", chunks={})
+    assert ds.v.chunks == ((10, 2), (10, 10), (10, 10, 10)) and ds.v.data.npartitions == 12
     with get_task_stream(client) as stream:
         total = ds.v.astype("f8").sum().compute()  # the default scheduler is the cluster's client
     assert np.isclose(float(total), data.astype("f8").sum())
@@ -166,3 +171,47 @@ def test_a_small_selection_reads_only_its_blocks(tmp_path, monkeypatch):
     np.testing.assert_array_equal(got, data[10:12])
     records = sorted({r for r in read if r.startswith("v/")})
     assert records == ["v/refs.5.parq"], records  # chunks 40..47 of 160: one record of 8
+
+
+@pytest.fixture(scope="module")
+def daily(tmp_path_factory):
+    """Twelve NetCDF4 files of two days each (tests/servedata.write_netcdf), combined along time and
+    saved as JSON whose URLs are filled in by :func:`_served`."""
+    from tests.servedata import write_netcdf
+
+    d = tmp_path_factory.mktemp("daily")
+    expect = [write_netcdf(d / f"day{k:02d}.nc", seed=k, t0=2 * k)["temp"] for k in range(12)]
+    sets = [refset.scan(str(p), inline_threshold=0) for p in sorted(d.glob("day*.nc"))]  # every chunk in its file
+    rs = refset.combine(sets, concat_dims=["time"], identical_dims=["y", "x"])
+    return d, rs, np.concatenate(expect)
+
+
+def _served(daily, srv, name: str) -> str:
+    d, rs, _ = daily
+    path = d / name
+    refset.save(refset.rename_urls(rs, {str(d): srv.url}), path)
+    return str(path)
+
+
+@pytest.mark.parametrize("where", ["threads", "processes"])
+def test_a_task_reads_many_chunks_in_one_round(daily, client, where):
+    """With chunks={} a time series at one point of twelve files is one task that reads the twelve
+    files' chunks at once (requests in flight together at the server), in Dask's threads and on a
+    process cluster; the storage chunks, asked for, are still what Dask gets."""
+    xr = pytest.importorskip("xarray")
+    from tests.httpserver import RangeServer
+
+    _d, _rs, want = daily
+    with RangeServer(daily[0], delay=0.02) as srv:
+        refs = _served(daily, srv, f"refs-{where}.json")
+        ds = xr.open_dataset(refs, engine="refset", chunks={})
+        assert ds.temp.chunks == ((24,), (8,), (10,))  # one task: all 24 days (12 files), all chunks
+        series = ds.temp[:, 2, 3]
+        srv.reset()
+        got = series.compute(scheduler="threads") if where == "threads" else client.compute(series).result()
+        np.testing.assert_array_equal(got.values, want[:, 2, 3])
+        assert srv.requests <= 12 and srv.most_inflight >= 6  # a request a file, many in flight at once
+        with pytest.warns(UserWarning, match="separate the stored chunks"):  # xarray: they split preferred chunks
+            stored = xr.open_dataset(refs, engine="refset", chunks={"time": 1, "y": 4, "x": 5})
+        assert stored.temp.chunks == ((1,) * 24, (4, 4), (5, 5))
+        np.testing.assert_array_equal(stored.temp[:, 2, 3].compute(scheduler="threads").values, want[:, 2, 3])

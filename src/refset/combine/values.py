@@ -120,52 +120,34 @@ def _fetch(items: list[tuple[str, int, int]], storage_options: Mapping[str, Any]
     return [d for d in out if d is not None]
 
 
-def _codecs(meta: ArrayMetadata, path: str) -> list[Any]:
-    v2 = meta.to_v2()
-    specs = [*v2.filters, *([v2.compressor] if v2.compressor else [])]
-    if not specs:
-        return []  # numcodecs not imported: ~0.1 s
-    import numcodecs
-
-    from refset.model.codecs import ensure_codecs
-
-    ensure_codecs([meta])
-    try:
-        return [numcodecs.get_codec(dict(s)) for s in specs]
-    except Exception as e:
-        raise Unsupported(f"{path}: codec not available ({e})") from None
-
-
 def _assemble(meta: ArrayMetadata, chunks: list[tuple[int, bytes]], path: str) -> np.ndarray:
+    from refset.model.decoder import decoder
+
     grid = meta.grid
     dtype = meta.dtype
     shape, cshape = grid.shape, grid.chunks
-    codecs = _codecs(meta, path)
-    if len(chunks) == 1 and len(shape) == 1 and dtype.kind not in "OUSV" and not codecs and \
+    try:
+        dec = decoder(meta)
+    except Unsupported as e:
+        raise Unsupported(f"{path}: {e}") from None
+    if len(chunks) == 1 and len(shape) == 1 and dtype.kind not in "OUSV" and not dec.codecs and \
             isinstance(chunks[0][1], bytes) and chunks[0][0] == 0 and shape[0] <= cshape[0] and \
             len(chunks[0][1]) in (dtype.itemsize * cshape[0], dtype.itemsize * shape[0]):
         return np.frombuffer(chunks[0][1], dtype)[:shape[0]]  # one uncompressed chunk (or its values)
     fill = meta.fill
     out = np.full(shape, fill if fill is not None else 0, dtype=dtype if dtype.kind != "O" else object)
-    per_chunk = int(np.prod(cshape, dtype=np.int64))
-    order = meta.order
     for f, raw in chunks:
-        buf: Any = raw
-        for c in reversed(codecs):
-            buf = c.decode(buf)
-        arr = buf if isinstance(buf, np.ndarray) and buf.dtype == object else np.frombuffer(
-            memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf, dtype)
-        arr = arr.reshape(-1)
+        arr = dec.values(raw)
         idx = np.unravel_index(f, grid.grid_shape)
         sel: tuple[slice, ...] = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(idx, cshape, shape))
-        if arr.size == per_chunk:
-            block = arr.reshape(cshape, order=order)
+        if arr.size == dec.size:
+            block = arr.reshape(cshape, order=dec.order)  # type: ignore[call-overload]
             out[sel] = block[tuple(slice(0, s.stop - s.start) for s in sel)]
-        elif not codecs and len(shape) <= 1 and arr.size == (sel[0].stop - sel[0].start if shape else 1):
+        elif not dec.codecs and len(shape) <= 1 and arr.size == (sel[0].stop - sel[0].start if shape else 1):
             out[sel] = arr  # a short uncompressed chunk: the values it holds
         else:
             raise InvalidReferences(f"{path}/{grid.chunk_key([int(i) for i in idx])}: decodes to {arr.size} values, "
-                                    f"expected {per_chunk}")
+                                    f"expected {dec.size}")
     return out
 
 

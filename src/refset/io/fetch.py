@@ -43,7 +43,7 @@ __all__ = [
 
 DEFAULT_MAX_GAP = 64_000  # bytes; as fsspec's ReferenceFileSystem
 DEFAULT_MAX_BLOCK = 256_000_000  # bytes; as fsspec's ReferenceFileSystem
-DEFAULT_MAX_INFLIGHT = 64  # requests in flight at once per reader
+DEFAULT_MAX_INFLIGHT = 256  # requests in flight at once per read: as many as a pool holds (io/pool.py)
 RETRIES = 2  # extra attempts after a transient failure
 DEFAULT_TIMEOUT = 30.0  # seconds per attempt (connect + answer); with retries a silent server fails in ~91 s
 _GAP_CAP = 1 << 40  # max_gap beyond this merges everything in a file anyway; keeps int64 arithmetic safe
@@ -162,8 +162,15 @@ async def acall(fs: Any, name: str, *args: Any, **kwargs: Any) -> Any:
 
 
 async def on_loop(fs: Any, coro_fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Await ``coro_fn(*args, **kwargs)`` on the loop async filesystem ``fs`` belongs to."""
-    own = getattr(fs, "_loop", None)
+    """Await ``coro_fn(*args, **kwargs)`` on the loop async filesystem ``fs`` belongs to: its public
+    ``loop`` (fsspec binds the filesystems it makes to its IO loop, where refset's reads run:
+    :mod:`refset.io.bridge`); one made with ``asynchronous=True`` where it is called."""
+    own = None
+    if not getattr(fs, "asynchronous", False):
+        try:
+            own = fs.loop
+        except RuntimeError:  # made before a fork: fsspec refuses its loop in the child
+            own = None
     running = asyncio.get_running_loop()
     if own is None or own is running or not own.is_running() or own.is_closed():
         return await coro_fn(*args, **kwargs)
@@ -500,14 +507,13 @@ async def read_range_fingerprinted(
     now: Fingerprint | None = None
     while True:
         try:
-            if (ranged or whole) and _is_http(fs):
-                data, size, now = await asyncio.wait_for(
-                    on_loop(fs, _http_range, fs, url, start, end, expect), timeout)
-            elif (ranged or whole) and _is_s3(fs):
-                data, size, now = await asyncio.wait_for(on_loop(fs, _s3_range, fs, url, start, end, expect),
-                                                         timeout)
-            else:
-                data = await asyncio.wait_for(acall(fs, "cat_file", url, start=start, end=end), timeout)
+            async with asyncio.timeout(timeout):  # no task of its own per attempt, as wait_for makes
+                if (ranged or whole) and _is_http(fs):
+                    data, size, now = await on_loop(fs, _http_range, fs, url, start, end, expect)
+                elif (ranged or whole) and _is_s3(fs):
+                    data, size, now = await on_loop(fs, _s3_range, fs, url, start, end, expect)
+                else:
+                    data = await acall(fs, "cat_file", url, start=start, end=end)
             break
         except Exception as e:
             if isinstance(e, TimeoutError | asyncio.TimeoutError):
@@ -552,36 +558,69 @@ class RangeReader:
     ) -> list[bytes | BaseException]:
         """Bytes ``[start[i], end[i])`` of ``urls[pid[i]]`` for every i, in order; a failed read is
         the exception instead (a :class:`ShortRead` when the target ended early)."""
+        out: list[bytes | BaseException] = [b""] * len(pid)
+
+        def keep(rows: np.ndarray, pieces: list[bytes | BaseException]) -> None:
+            for i, d in zip(rows.tolist(), pieces, strict=True):
+                out[i] = d
+
+        await self.read_each(urls, pid, start, end, keep)
+        return out
+
+    async def read_each(
+        self, urls: Sequence[str], pid: np.ndarray, start: np.ndarray, end: np.ndarray,
+        each: Callable[[np.ndarray, list[bytes | BaseException]], None],
+    ) -> None:
+        """Fetch what :meth:`read` fetches, handing each block's ranges to ``each(rows, pieces)`` as
+        soon as the block arrives (``rows``: their positions in the columns; ``pieces``: their bytes,
+        or the exception), on the running loop: a caller decodes a block while the others are in
+        flight, and holds only what it keeps. An exception from ``each`` cancels the blocks still in
+        flight and is raised."""
         n = len(pid)
         if n == 0:
-            return []
+            return
+        start = np.asarray(start, np.int64)
+        end = np.asarray(end, np.int64)
         plan = plan_ranges(pid, start, end, self.max_gap, self.max_block)
         bp, bs, be = plan.block_pid.tolist(), plan.block_start.tolist(), plan.block_end.tolist()
+        order = np.argsort(plan.req_block, kind="stable")
+        cuts = np.searchsorted(plan.req_block[order], np.arange(plan.nblocks + 1))
         sem = asyncio.Semaphore(self.max_inflight)
 
-        async def one(b: int) -> bytes:
+        async def one(b: int) -> None:
+            rows = order[cuts[b]:cuts[b + 1]]
             async with sem:
                 self.requests += 1
-                return await read_range(self.targets, urls[bp[b]], bs[b], be[b])
+                try:
+                    data: bytes | BaseException = await read_range(self.targets, urls[bp[b]], bs[b], be[b])
+                except Exception as e:
+                    data = e
+            each(rows, _pieces(urls[bp[b]], data, bs[b], be[b], start[rows].tolist(), end[rows].tolist()))
 
-        blocks = await asyncio.gather(*(one(b) for b in range(len(bp))), return_exceptions=True)
-        out: list[bytes | BaseException] = []
-        rb = plan.req_block.tolist()
-        for i, s, e in zip(range(n), start.tolist(), end.tolist(), strict=False):
-            b = rb[i]
-            data = blocks[b]
-            if isinstance(data, BaseException):
-                out.append(data)
-                continue
-            b0 = bs[b]
-            if s == b0 and e == be[b] and len(data) == e - s:
-                out.append(data)
-                continue
-            piece = data[s - b0 : e - b0]
-            if len(piece) != e - s:
-                out.append(ShortRead(
-                    f"{urls[bp[b]]}: asked for bytes {s}-{e} ({e - s}), got {len(piece)} bytes"
-                ))
-            else:
-                out.append(piece)
-        return out
+        tasks = [asyncio.ensure_future(one(b)) for b in range(len(bp))]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+
+def _pieces(url: str, data: bytes | BaseException, b0: int, b1: int, starts: list[int], ends: list[int],
+            ) -> list[bytes | BaseException]:
+    """The ranges ``[starts[i], ends[i])`` cut from ``data``, the bytes ``[b0, b1)`` of ``url`` (or the
+    exception that stood for them)."""
+    if isinstance(data, BaseException):
+        return [data] * len(starts)
+    out: list[bytes | BaseException] = []
+    for s, e in zip(starts, ends, strict=True):
+        if s == b0 and e == b1 and len(data) == e - s:
+            out.append(data)
+            continue
+        piece = data[s - b0:e - b0]
+        if len(piece) != e - s:
+            out.append(ShortRead(f"{url}: asked for bytes {s}-{e} ({e - s}), got {len(piece)} bytes"))
+        else:
+            out.append(piece)
+    return out

@@ -113,7 +113,7 @@ class LocalStore(ByteStore):
 
 class FsspecStore(ByteStore):
     """Files of any fsspec filesystem (HTTP, S3, GCS, chained URLs...). Reads go through the read path's
-    checked reader (:func:`refset.io.fetch.read_range`), run on fsspec's event loop."""
+    checked reader (:func:`refset.io.fetch.read_range`), run on refset's IO loop (:mod:`refset.io.bridge`)."""
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, fs: Any = None) -> None:
         import fsspec
@@ -133,10 +133,10 @@ class FsspecStore(ByteStore):
         return f"{self.root}/{path}" if path else self.root
 
     def _run(self, coro: Any, path: str) -> Any:
-        from fsspec.asyn import get_loop, sync
+        from refset.io.bridge import run
 
         try:
-            return sync(get_loop(), lambda: coro)
+            return run(coro)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
             raise  # they name the path already
         except Exception as e:
@@ -263,8 +263,7 @@ def read_many(items: Sequence[tuple[str, int, int]], storage_options: Mapping[st
             remote.append(i)
     if not remote:
         return out
-    from fsspec.asyn import get_loop, sync
-
+    from refset.io.bridge import run
     from refset.io.fetch import Targets, read_range
 
     targets = Targets(remote_options=storage_options, recorded=recorded)
@@ -285,6 +284,6 @@ def read_many(items: Sequence[tuple[str, int, int]], storage_options: Mapping[st
     async def every() -> list[bytes]:
         return list(await asyncio.gather(*(one(*items[i]) for i in remote)))
 
-    for i, data in zip(remote, sync(get_loop(), every), strict=True):
+    for i, data in zip(remote, run(every()), strict=True):
         out[i] = data
     return out

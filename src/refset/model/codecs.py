@@ -20,14 +20,29 @@ _registered = False
 
 
 def codec_ids(metadata: Iterable[Any]) -> set[str]:
-    """The zarr v2 codec ids (filters and compressor) of ``metadata`` (ArrayMetadata objects)."""
+    """The numcodecs codec ids of ``metadata`` (ArrayMetadata objects): zarr v2's filters and compressor,
+    zarr v3's ``numcodecs.<id>`` codecs (inside a sharding codec too)."""
     out: set[str] = set()
     for m in metadata:
-        v2 = m.to_v2() if m.zarr_format == 3 else m
-        for spec in [*(v2.filters or ()), v2.compressor]:
+        if m.zarr_format == 3:
+            _v3_ids(m.codecs, out)
+            continue
+        for spec in [*(m.filters or ()), m.compressor]:
             if isinstance(spec, dict) or hasattr(spec, "get"):
                 out.add(str(spec.get("id")))
     return out
+
+
+def _v3_ids(codecs: Iterable[Any], out: set[str]) -> None:
+    for c in codecs:
+        if not hasattr(c, "get"):
+            continue
+        name = str(c.get("name"))
+        if name.startswith("numcodecs."):
+            out.add(name[len("numcodecs."):])
+        inner = (c.get("configuration") or {}).get("codecs") if hasattr(c.get("configuration") or {}, "get") else None
+        if isinstance(inner, list):
+            _v3_ids(inner, out)
 
 
 def ensure_codecs(metadata: Iterable[Any]) -> None:

@@ -5,19 +5,27 @@ Lookups that may read or decode (a parquet record, a packed segment, a lazily re
 a worker thread, never on the event loop; lookups answered from memory stay on it. Byte ranges are
 grouped by target, merged and fetched concurrently (:mod:`refset.io.fetch`). Failures become
 :class:`~refset.errors.ReferenceNotReachable` naming the key and URL.
+
+:meth:`ReadEngine.read_values` reads values: the chunks of one or several selections (of one array or
+of several: the parts of a variable) fetched in one plan, each block decoded in a worker thread as
+soon as it arrives (:mod:`refset.model.decoder`), its values placed in the caller's arrays. Every I/O
+coroutine runs on refset's IO loop (:mod:`refset.io.bridge`), whatever loop awaits it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from refset.abc.source import NOT_LOADED
-from refset.errors import ReferenceNotReachable, ShortRead
+from refset.errors import InvalidFile, ReferenceNotReachable, ShortRead, error_name
+from refset.io.bridge import on_io_loop
 from refset.io.fetch import (
     DEFAULT_MAX_BLOCK,
     DEFAULT_MAX_GAP,
@@ -29,12 +37,18 @@ from refset.io.fetch import (
     acall,
     read_range,
 )
+from refset.model.decoder import ChunkDecoder
 from refset.model.keys import chunk_keys
 from refset.model.refset import ReferenceSet
-from refset.model.table import INLINE, RANGE, WHOLE, ChunkTable, Ref
+from refset.model.table import ABSENT, INLINE, RANGE, WHOLE, ChunkTable, Ref
 from refset.options import Limits
+from refset.parallel import pool
+from refset.serve.selection import Selection
 
-__all__ = ["ReadEngine", "clamp", "off_loop"]
+__all__ = ["ReadEngine", "EngineRef", "ValuesJob", "clamp", "off_loop", "READ_BUDGET"]
+
+#: Bytes of stored (compressed) chunks one read holds at most: a larger read fetches in batches.
+READ_BUDGET = 1 << 30
 
 T = TypeVar("T")
 
@@ -69,6 +83,18 @@ def clamp(length: int, start: int | None, end: int | None) -> tuple[int, int]:
     s = min(s, length)
     e = min(max(e, s), length)
     return s, e
+
+
+@dataclass(frozen=True, slots=True)
+class ValuesJob:
+    """Values to read: ``selection`` of array ``path``, decoded by ``decoder``, absent chunks holding
+    ``fill``, placed in ``out`` (an array shaped like ``selection.shape``, written in place)."""
+
+    path: str
+    selection: Selection
+    decoder: ChunkDecoder
+    fill: Any
+    out: np.ndarray
 
 
 class ReadEngine:
@@ -233,62 +259,220 @@ class ReadEngine:
         return (self.refs.cached_table(path) is None and self.refs.block_size(path) > 0
                 and 4 * nflat < self.refs.grids[path].nchunks)
 
-    async def chunk_ranges(self, path: str, flat: np.ndarray
-                           ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray]:
-        """The byte-range chunks among ``flat``: (their flat indices, URL table, path ids, starts,
-        ends), looked up without reading the whole table when a few blocks hold them."""
-        flat = np.asarray(flat, np.int64)
-        if self._by_blocks(path, len(flat)):
-            refs = await off_loop(self.refs.chunk_refs, path, flat)
-            picked = [(i, r) for i, r in enumerate(refs) if isinstance(r, tuple) and len(r) == 3]
-            rows = [i for i, _ in picked]
-            uid: dict[str, int] = {}
-            pid = np.array([uid.setdefault(r[0], len(uid)) for _, r in picked], np.int64)
-            start = np.array([r[1] for _, r in picked], np.int64)
-            end = start + np.array([r[2] for _, r in picked], np.int64)
-            return flat[rows], list(uid), pid, start, end
-        t = await self.table(path)
-        kind, pid, off, ln = t.take(flat)
-        keep = kind == RANGE
-        o = off[keep].astype(np.int64)
-        return flat[keep], list(self.refs.urls), pid[keep].astype(np.int64), o, o + ln[keep].astype(np.int64)
+    # -- values -------------------------------------------------------------------------------------
+    async def read_values(self, jobs: list[ValuesJob], *, budget: int = READ_BUDGET) -> None:
+        """Fill every job's ``out``: the chunks of all jobs fetched in one coalesced plan (on the IO
+        loop, whatever loop awaits), each block decoded in a worker thread as soon as it arrives, no
+        more than ``budget`` bytes of stored chunks held at once (larger reads go in batches).
+        Raises ReferenceNotReachable naming a chunk whose bytes could not be read, InvalidFile
+        naming a chunk whose bytes do not decode."""
+        await on_io_loop(self._read_values(jobs, budget))
 
-    async def read_chunks(self, path: str, flat: np.ndarray) -> list[bytes | None]:
-        """Stored bytes of chunks ``flat`` of array ``path`` (None where absent), ranges fetched in one
-        coalesced plan. Raises ReferenceNotReachable naming the first chunk that failed."""
-        flat = np.asarray(flat, np.int64)
+    async def _read_values(self, jobs: list[ValuesJob], budget: int) -> None:
+        loop = asyncio.get_running_loop()
+        rows = await asyncio.gather(*(self._rows(j.path, j.selection.flat(self.refs.grids[j.path].grid_shape))
+                                      for j in jobs))
+        uid: dict[str, int] = {}
+        cols: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        waits: list[asyncio.Future[None]] = []
+        for jn, (job, (kind, urls, pid, off, ln, inline)) in enumerate(zip(jobs, rows, strict=True)):
+            if (kind == ABSENT).any():
+                job.out[...] = job.fill  # the present chunks overwrite their parts of it
+            for m, raw in inline.items():
+                waits.append(loop.run_in_executor(pool(), self._place, job, m, raw, None))
+            for m in np.flatnonzero(kind == WHOLE).tolist():
+                waits.append(asyncio.ensure_future(self._whole(job, m, urls[int(pid[m])])))
+            ranged = np.flatnonzero(kind == RANGE)
+            if len(ranged):
+                remap = np.array([uid.setdefault(u, len(uid)) for u in urls] or [0], np.int64)
+                o = off[ranged].astype(np.int64)
+                cols.append((np.full(len(ranged), jn, np.int64), ranged, remap[pid[ranged].astype(np.int64)], o,
+                             o + ln[ranged].astype(np.int64)))
+        try:
+            if cols:
+                job_of, m_of, p_of, s_of, e_of = (np.concatenate(c) for c in zip(*cols, strict=True))
+                await self._fetch_and_place(jobs, list(uid), job_of, m_of, p_of, s_of, e_of, budget, waits)
+            await asyncio.gather(*waits)
+        except BaseException:
+            for w in waits:
+                w.cancel()
+            raise
+
+    async def _fetch_and_place(self, jobs: list[ValuesJob], urls: list[str], job_of: np.ndarray, m_of: np.ndarray,
+                               p_of: np.ndarray, s_of: np.ndarray, e_of: np.ndarray, budget: int,
+                               waits: list[asyncio.Future[None]]) -> None:
+        """Fetch the ranges (in batches of at most ``budget`` bytes, a file's ranges together) and
+        decode each block as it arrives."""
+        loop = asyncio.get_running_loop()
+        order = np.lexsort((s_of, p_of))
+        ends = np.cumsum((e_of - s_of)[order])
+        cut = np.searchsorted(ends, np.arange(budget, int(ends[-1]), budget), side="right")
+        for part in np.split(order, np.unique(cut)) if len(cut) else [order]:
+            if not len(part):
+                continue
+            batch: list[asyncio.Future[None]] = []
+
+            def arrived(rows: np.ndarray, pieces: list[bytes | BaseException], part: np.ndarray = part,
+                        batch: list[asyncio.Future[None]] = batch) -> None:
+                items = []
+                for r, d in zip(part[rows].tolist(), pieces, strict=True):
+                    job, m, url = jobs[int(job_of[r])], int(m_of[r]), urls[int(p_of[r])]
+                    if isinstance(d, BaseException):
+                        raise ReferenceNotReachable.wrap(self._key(job, m), url, d) from d
+                    items.append((job, m, d, url))
+                step = max(1, -(-len(items) // 4))  # a block of many chunks: decoded by several threads
+                for i in range(0, len(items), step):
+                    batch.append(loop.run_in_executor(pool(), self._place_many, items[i:i + step]))
+
+            await self.reader.read_each(urls, p_of[part], s_of[part], e_of[part], arrived)
+            await asyncio.gather(*batch)  # this batch decoded before the next is fetched: memory bounded
+
+    async def _whole(self, job: ValuesJob, m: int, url: str) -> None:
+        raw = await self.read_whole(self._key(job, m), url, None, None)
+        await asyncio.get_running_loop().run_in_executor(pool(), self._place, job, m, raw, url)
+
+    def _place_many(self, items: list[tuple[ValuesJob, int, bytes, str]]) -> None:
+        for job, m, raw, url in items:
+            self._place(job, m, raw, url)
+
+    def _place(self, job: ValuesJob, m: int, raw: bytes, url: str | None) -> None:
+        """Decode chunk ``m`` of ``job``'s selection from ``raw`` (stored in ``url``; None: inline in
+        the set) and put its values where they go."""
+        try:
+            block = job.decoder.decode(raw)
+        except Exception as e:  # the codec's own error (zlib.error, RuntimeError...): named
+            where = f" in {url!r}" if url is not None else self._files(job.path)
+            raise InvalidFile(f"chunk {self._key(job, m)!r}{where}: its bytes do not decode with the array's "
+                              f"codecs ({error_name(e)}: {e}): the file is corrupt or changed since its scan") from e
+        src, dst = job.selection.where(m)
+        job.out[dst] = block[src]
+
+    def _files(self, path: str) -> str:
+        """`` in 'URL'``: the files array ``path``'s chunks come from (an inline chunk's array: what
+        it was read from when the set was made; three named at most), for an error."""
+        t = self.refs.cached_table(path)
+        urls = self.refs.urls
+        ids = [] if t is None else [i for i in np.unique(t.path_id).tolist() if 0 <= i < len(urls)]
+        if not ids:
+            return " (inline in the set)"
+        if len(ids) == 1:
+            return f" in {urls[ids[0]]!r}"
+        named = ", ".join(repr(urls[i]) for i in ids[:3])
+        return f" in one of {len(ids)} files ({named}{', ...' if len(ids) > 3 else ''})"
+
+    def _key(self, job: ValuesJob, m: int) -> str:
+        """The key of chunk ``m`` of ``job``'s selection."""
+        grid = self.refs.grids[job.path]
+        flat = np.ravel_multi_index(job.selection.grid_index(m), grid.grid_shape) if grid.shape else 0
+        return str(chunk_keys(job.path, grid, np.array([flat], np.int64))[0])
+
+    async def _rows(self, path: str, flat: np.ndarray
+                    ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray, dict[int, bytes]]:
+        """The references of chunks ``flat`` of ``path`` as columns: (kind, URL table, path ids, offsets,
+        lengths, {position: inline bytes}); a few chunks of a large table stored in blocks (parquet,
+        packed) are looked up block by block, the table is not read whole for them."""
         if self._by_blocks(path, len(flat)):
             refs = await off_loop(self.refs.chunk_refs, path, flat)
-            rows = [i for i, r in enumerate(refs) if r is not None]
-            present = [r for r in refs if r is not None]  # refs[i] for i in rows
-            keys = chunk_keys(path, self.refs.grids[path], flat[rows]).tolist()
-            got = await self.read_many(keys, present, [None] * len(rows), [None] * len(rows))
-            out: list[bytes | None] = [None] * len(flat)
-            for i, d in zip(rows, got, strict=True):
-                if isinstance(d, BaseException):
-                    raise d
-                out[i] = d
-            return out
+            n = len(refs)
+            kind = np.full(n, ABSENT, np.uint8)
+            pid = np.zeros(n, np.int64)
+            off = np.zeros(n, np.int64)
+            ln = np.zeros(n, np.int64)
+            uid: dict[str, int] = {}
+            inline: dict[int, bytes] = {}
+            for i, r in enumerate(refs):
+                if r is None:
+                    continue
+                if isinstance(r, bytes):
+                    kind[i] = INLINE
+                    inline[i] = r
+                    continue
+                kind[i] = RANGE if len(r) == 3 else WHOLE
+                pid[i] = uid.setdefault(r[0], len(uid))
+                if len(r) == 3:
+                    off[i], ln[i] = r[1], r[2]
+            return kind, list(uid), pid, off, ln, inline
         t = await self.table(path)
-        urls = self.refs.urls  # after the table: every id it holds is in it
         kind, pid, off, ln = t.take(flat)
-        out = [None] * len(flat)
-        ranged = np.flatnonzero(kind == RANGE)
-        if len(ranged):
-            o = off[ranged].astype(np.int64)
-            got = await self.reader.read(urls, pid[ranged].astype(np.int64), o, o + ln[ranged].astype(np.int64))
-            for i, d in zip(ranged.tolist(), got, strict=True):
-                if isinstance(d, BaseException):
-                    key = chunk_keys(path, t.grid, flat[i:i + 1]).tolist()[0]
-                    raise ReferenceNotReachable.wrap(key, urls[int(pid[i])], d) from d
-                out[i] = d
         inl = np.flatnonzero(kind == INLINE)
-        for i, value in zip(inl.tolist(), t.inline.get_many(flat[inl]), strict=True):
-            out[i] = value
-        whole = np.flatnonzero(kind == WHOLE).tolist()
-        keys = chunk_keys(path, t.grid, flat[whole]).tolist()
-        got_whole = await asyncio.gather(*(self.read_whole(k, urls[int(pid[i])], None, None)
-                                           for k, i in zip(keys, whole, strict=True)))
-        for i, d in zip(whole, got_whole, strict=True):
-            out[i] = d
-        return out
+        inline = {}
+        if len(inl):
+            inline = dict(zip(inl.tolist(), t.inline.get_many(flat[inl]), strict=True))  # type: ignore[arg-type]
+        return kind, list(self.refs.urls), pid, off, ln, inline
+
+
+class EngineRef:
+    """A :class:`ReadEngine` by what opens it, for what a user may hand to Dask: it pickles as the set
+    (by what reopens it: a path and options, or an in-memory set's columns) and the engine's options,
+    never as the engine, and opens the engine again on first use after unpickling (a worker)."""
+
+    __slots__ = ("_engine", "_lock", "fo", "options")
+
+    def __init__(self, fo: Any, options: Mapping[str, Any] | None = None, engine: ReadEngine | None = None) -> None:
+        self.fo = fo  # a ReferenceSet, or an object holding an engine (a refset.ReferenceFileSystem)
+        self.options = {k: v for k, v in (options or {}).items() if v is not None}
+        self._engine = engine
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, fo: Any, **options: Any) -> EngineRef:
+        """The engine of ``fo`` (anything :meth:`ReadEngine.open` takes, a ReadEngine, or an object
+        with an ``engine``: a refset.ReferenceFileSystem), opened now."""
+        if isinstance(fo, ReadEngine):
+            return cls(fo.refs, {}, fo)
+        held = getattr(fo, "engine", None)
+        if isinstance(held, ReadEngine):
+            return cls(fo, {}, held)
+        engine = ReadEngine.open(fo, **options)
+        return cls(engine.refs, options, engine)
+
+    def engine(self) -> ReadEngine:
+        got = self._engine
+        if got is None:
+            with self._lock:
+                got = self._engine
+                if got is None:
+                    held = getattr(self.fo, "engine", None)
+                    got = self._engine = held if isinstance(held, ReadEngine) else ReadEngine.open(
+                        self.fo, **self.options)
+        return got
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import pickle
+
+        return (_reopened, (pickle.dumps((self.fo, self.options), protocol=pickle.HIGHEST_PROTOCOL),))
+
+
+#: EngineRefs a process unpickled, by what they pickle as (most recently used last): on a Dask worker
+#: the tasks of a computation, and of the next ones, share one engine instead of reopening the set
+#: each time. A few are kept; a set held in memory only (its columns pickled) is not.
+_REOPENED: dict[bytes, EngineRef] = {}
+_KEEP = 4
+_KEY_BYTES = 1 << 16
+_REOPENED_LOCK = threading.Lock()
+
+
+def _reopened(blob: bytes) -> EngineRef:
+    import pickle
+
+    if len(blob) > _KEY_BYTES:
+        return EngineRef(*pickle.loads(blob))
+    with _REOPENED_LOCK:
+        got = _REOPENED.pop(blob, None)
+        if got is not None:
+            _REOPENED[blob] = got  # the most recent last
+            return got
+    got = EngineRef(*pickle.loads(blob))
+    with _REOPENED_LOCK:
+        got = _REOPENED.setdefault(blob, got)
+        while len(_REOPENED) > _KEEP:
+            del _REOPENED[next(iter(_REOPENED))]
+    return got
+
+
+def _forget() -> None:  # a forked child: its parent's engines hold the parent's connections and loop
+    _REOPENED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget)

@@ -154,13 +154,14 @@ class ReferenceFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec has 
     @property
     def loop(self) -> Any:
         """The event loop sync calls run on: the instance's own, or, for an ``asynchronous=True``
-        instance called synchronously (as kerchunk's ``refs_as_fs`` does), fsspec's IO loop."""
-        own = getattr(self, "_loop", None)
-        if own is None or own.is_closed():
-            from fsspec.asyn import get_loop
+        instance called synchronously (as kerchunk's ``refs_as_fs`` does), refset's IO loop."""
+        from refset.io.bridge import io_loop
 
-            return get_loop()
-        return own
+        try:
+            own = AsyncFileSystem.loop.fget(self)  # fsspec's property: the loop it was made with, or None
+        except RuntimeError:  # made before a fork: fsspec refuses its loop in the child
+            own = None
+        return io_loop() if own is None or own.is_closed() else own
 
     @property
     def references(self) -> Mapping[str, bytes | list[Any]]:

@@ -1,76 +1,78 @@
 """Serving a variable made of parts (:mod:`refset.model.parts`) to xarray as one lazy array.
 
-Each part is opened as xarray opens any zarr array and CF-decoded with its own attributes (packing,
-fill values, time units), so its values are what ``xr.open_mfdataset`` gives for its files; the
-variable is their concatenation along the concat dim, in the dtype xarray's concat promotes the
-decoded dtypes to. A selection reads only the parts and chunks it touches (parts read concurrently);
-``chunks={}`` gives Dask chunks that follow every part's chunk grid. Imports xarray and zarr.
+Each part is read by its own reader (a :class:`~refset.serve.array.RefsetArray` over its own metadata)
+and CF-decoded with its own attributes (packing, fill values, time units), so its values are what
+``xr.open_mfdataset`` gives for its files; the variable is their concatenation along the concat dim, in
+the dtype xarray's concat promotes the decoded dtypes to. A selection reads the chunks of every part it
+touches in one plan (:meth:`ReadEngine.read_values`), then decodes each part's rows; ``chunks={}`` gives
+Dask chunks that never straddle a part's stored chunk, each many chunks (and parts) long.
+Imports xarray and zarr.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Mapping
-from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 from xarray.backends import BackendArray
 
 from refset.errors import InvalidReferences
+from refset.io.bridge import run
+from refset.model.metadata import ArrayMetadata
 from refset.model.parts import Parts, find_parts
-from refset.parallel import ahead, parallel_map
+from refset.serve.engine import EngineRef, ValuesJob
+from refset.serve.selection import Selection
 
 __all__ = ["PartsArray", "parts_variables"]
-
-#: Batches a read across many parts is split into, each fetched while the one before decodes.
-_BATCHES = 8
 
 _SHAPE = re.compile(rb'"shape":\s*\[[^\]]*\]')
 
 
 class PartsArray(BackendArray):
     """The concatenation along ``axis`` of the parts ``paths`` (part ``k`` rows ``bounds[k]:bounds[k +
-    1]``, shape ``shapes[k]``), read with outer indexing, cast to ``dtype``. Parts stored alike share
-    one opened array, ``reps[which[k]]`` (its xarray Variable and zarr array): the others are made
-    from it on first read, with no I/O, and CF-decoded with ``decode``. Pickles as those few."""
+    1]``, metadata ``metas[k]``), read with outer indexing, cast to ``dtype``. Parts stored alike share
+    one raw variable, ``reps[which[k]]`` (its dims, attributes, encoding and a reader of its own part),
+    whose reader stands for theirs with their own metadata; each part's raw values are CF-decoded as
+    ``name`` with ``decode``. Pickles as those few."""
 
-    __slots__ = ("_made", "axis", "bounds", "decode", "dtype", "name", "paths", "reps", "shape", "shapes",
-                 "store", "which")
+    __slots__ = ("axis", "bounds", "decode", "dtype", "metas", "name", "paths", "reps", "shape", "source", "which")
 
-    def __init__(self, name: str, reps: tuple[tuple[Any, Any], ...], which: tuple[int, ...],
-                 paths: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], bounds: tuple[int, ...], axis: int,
-                 dtype: np.dtype[Any], store: Any, decode: Mapping[str, Any], shape: tuple[int, ...]) -> None:
-        # shapes: the parts' stored shapes; shape, axis: the whole's as decoded (characters joined)
-        self.name, self.reps, self.which, self.paths, self.shapes = name, reps, which, paths, shapes
-        self.bounds, self.axis, self.dtype, self.store, self.decode = bounds, axis, dtype, store, dict(decode)
-        self.shape = shape
-        self._made: dict[int, Any] = {}
-
-    def part(self, k: int) -> Any:
-        """Part ``k`` as a decoded lazy Variable."""
-        got = self._made.get(k)
-        if got is None:
-            import xarray as xr
-            from xarray.conventions import decode_cf_variable
-            from xarray.core import indexing
-
-            from refset.serve.array import RefsetArray
-
-            raw, za = self.reps[self.which[k]]
-            if za.path != self.paths[k]:
-                raw = xr.Variable(raw.dims, indexing.LazilyIndexedArray(RefsetArray(
-                    _clone(za, self.paths[k], self.shapes[k]))), raw.attrs, raw.encoding)
-            got = self._made[k] = decode_cf_variable(self.name, raw, **self.decode)
-        return got
+    def __init__(self, name: str, source: EngineRef, reps: tuple[Any, ...], which: tuple[int, ...],
+                 paths: tuple[str, ...], metas: tuple[ArrayMetadata, ...], bounds: tuple[int, ...], axis: int,
+                 dtype: np.dtype[Any], decode: Mapping[str, Any], shape: tuple[int, ...]) -> None:
+        # shape, axis: the whole's as decoded (characters joined); metas: the parts' as stored
+        self.name, self.source, self.reps, self.which, self.paths, self.metas = name, source, reps, which, paths, metas
+        self.bounds, self.axis, self.dtype, self.decode, self.shape = bounds, axis, dtype, dict(decode), shape
 
     def __getitem__(self, key: Any) -> Any:
-        from xarray.core import indexing
+        from refset.compat import xarray_indexing
 
-        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER, self._outer)
+        ix = xarray_indexing()
+        return ix.explicit_indexing_adapter(key, self.shape, ix.IndexingSupport.OUTER, self._outer)
+
+    async def async_getitem(self, key: Any) -> Any:
+        import asyncio
+
+        return await asyncio.to_thread(self.__getitem__, key)
+
+    def _reader(self, k: int) -> Any:
+        """Part ``k``'s reader: its representative's, over its own array."""
+        from refset.serve.array import RefsetArray
+
+        rep = self.reps[self.which[k]].data
+        if isinstance(rep, RefsetArray):
+            return RefsetArray(self.source, self.paths[k], self.metas[k], rep.dtype, rep.fill)
+        from refset.serve.array import ZarrValues
+
+        return ZarrValues(self.source, self.paths[k], rep.zarr_format, tuple(self.metas[k].shape), rep.dtype)
 
     def _outer(self, key: tuple[Any, ...]) -> np.ndarray:
+        from xarray.conventions import decode_cf_variable
+
+        from refset.serve.array import RefsetArray
+
         ax = self.axis
         k = key[ax]
         n = self.shape[ax]
@@ -81,92 +83,72 @@ class PartsArray(BackendArray):
         which = np.searchsorted(bounds, rows, side="right") - 1
         order = np.argsort(which, kind="stable")
         cuts = np.flatnonzero(np.diff(which[order])) + 1
-        jobs = []
+        picks = []
         for at in np.split(order, cuts) if len(order) else []:
             p = int(which[at[0]])
             local = rows[at] - bounds[p]
             sel = slice(int(local[0]), int(local[-1]) + 1) if (
                 len(local) and (np.diff(local) == 1).all()) else local
             put = slice(int(at[0]), int(at[-1]) + 1) if (np.diff(at) == 1).all() else at
-            jobs.append((p, put, (*key[:ax], sel, *key[ax + 1:])))
+            picks.append((p, put, (*key[:ax], sel, *key[ax + 1:])))
         shape = [len(rows) if a == ax else _size(key[a], self.shape[a])
                  for a in range(len(self.shape)) if a == ax or not isinstance(key[a], int | np.integer)]
         out_ax = sum(1 for a in range(ax) if not isinstance(key[a], int | np.integer))
         out = np.empty(shape, self.dtype)
         head: tuple[Any, ...] = (slice(None),) * out_ax
+        # every part's raw values: the chunks of all of them in one plan
+        readers = [self._reader(p) for p, _, _ in picks]
+        raws: list[Any] = [None] * len(picks)
+        jobs, placed = [], []
+        for i, ((p, _, sel), r) in enumerate(zip(picks, readers, strict=True)):
+            rep = self.reps[self.which[p]]
+            stored = (*sel, *(slice(None),) * (len(rep.dims) - len(sel)))  # a char dim joined when decoded
+            if isinstance(r, RefsetArray):
+                s = Selection(stored, tuple(self.metas[p].shape), tuple(self.metas[p].chunks))
+                jobs.append((r, s))
+                placed.append((i, r, s))
+            else:
+                raws[i] = (r.outer(stored), stored)
+        if jobs:
+            got = run(_read_all(jobs))
+            for (i, r, s), o in zip(placed, got, strict=True):
+                raws[i] = (r.finish(o, s), None)
+        for (p, put, sel), (raw, _) in zip(picks, raws, strict=True):
+            rep = self.reps[self.which[p]]
+            stored = (*sel, *(slice(None),) * (len(rep.dims) - len(sel)))
+            dims = [d for d, i in zip(rep.dims, stored, strict=True) if not isinstance(i, int | np.integer)]
+            import xarray as xr
 
-        def read(job: tuple[int, Any, tuple[Any, ...]]) -> None:
-            p, put, sel = job
-            out[(*head, put)] = np.asarray(self.part(p)[sel].values)  # each job its own rows of out
-
-        # batches of parts: the next batch's chunks are fetched (one plan) while this one decodes
-        size = max(16, -(-len(jobs) // _BATCHES))
-        batches = [jobs[i:i + size] for i in range(0, len(jobs), size)] if len(jobs) > 1 else [jobs]
-        pending: Future[list[str]] | None = None
-        try:
-            for i, batch in enumerate(batches):
-                if pending is not None:
-                    keys = pending.result()
-                else:  # the first batch: fetched here, nothing to overlap it with
-                    keys = self._prefetch(batch) if len(jobs) > 1 else []
-                pending = ahead().submit(self._prefetch, batches[i + 1]) if i + 1 < len(batches) else None
-                try:
-                    parallel_map(read, batch)
-                finally:
-                    if keys:
-                        self.store.release(keys)
-        finally:
-            if pending is not None:  # an error above: what was fetched ahead is dropped, its own error too
-                try:
-                    self.store.release(pending.result())
-                except Exception:  # the error being raised is the one to report
-                    pass
+            var = decode_cf_variable(self.name, xr.Variable(dims, raw, rep.attrs, rep.encoding), **self.decode)
+            out[(*head, put)] = np.asarray(var.values)  # each part its own rows of out
         if scalar:
-            got: np.ndarray = out[(*head, 0)]
-            return got
+            got1: np.ndarray = out[(*head, 0)]
+            return got1
         return out
 
-    async def async_getitem(self, key: Any) -> Any:
-        import asyncio
-
-        return await asyncio.to_thread(self.__getitem__, key)
-
-    def _prefetch(self, jobs: list[tuple[int, Any, tuple[Any, ...]]]) -> list[str]:
-        """Fetch the chunks every part of ``jobs`` needs in one coalesced plan (the parts then decode
-        from memory); the keys kept."""
-        if self.store is None or not hasattr(self.store, "prefetch_many"):
-            return []
-        from zarr.core.sync import sync
-
-        from refset.serve.decode import selected_chunks
-
-        grids = self.store.refs.grids
-        items = []
-        for p, _, key in jobs:
-            g = grids.get(self.paths[p])
-            flat = None if g is None else selected_chunks(key, tuple(g.shape), tuple(g.chunks), least=1)
-            if flat is not None:
-                items.append((self.paths[p], flat))
-        return list(sync(self.store.prefetch_many(items))) if items else []
-
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PartsArray, (self.name, self.reps, self.which, self.paths, self.shapes, self.bounds, self.axis,
-                             self.dtype, self.store, self.decode, self.shape))
+        return (PartsArray, (self.name, self.source, self.reps, self.which, self.paths, self.metas, self.bounds,
+                             self.axis, self.dtype, self.decode, self.shape))
 
 
-def _clone(za: Any, path: str, shape: tuple[int, ...]) -> Any:
-    """The zarr array at ``path`` whose metadata is ``za``'s but for its ``shape`` (read from no store)."""
-    from zarr.core.array import Array, AsyncArray
-    from zarr.storage import StorePath
+async def _read_all(jobs: list[tuple[Any, Selection]]) -> list[np.ndarray]:
+    """The stored values of every (reader, selection), all their chunks in one plan."""
+    from refset.model.decoder import decoder
 
-    src = za.async_array
-    return Array(AsyncArray(metadata=src.metadata.update_shape(shape), store_path=StorePath(src.store_path.store,
-                                                                                                path),
-                            config=src.config))
+    outs, todo = [], []
+    engine = jobs[0][0].source.engine()
+    for r, s in jobs:
+        dec = decoder(r.meta)
+        o = np.empty(s.shape, dec.dtype)
+        outs.append(o)
+        if s.nchunks:
+            todo.append(ValuesJob(r.path, s, dec, r.fill, o))
+    await engine.read_values(todo)
+    return outs
 
 
-def _layout_key(m: Any) -> tuple[tuple[str, bytes], ...]:
-    """What two parts share when one opened array can stand for both: their documents but the shape."""
+def _layout_key(m: ArrayMetadata) -> tuple[tuple[str, bytes], ...]:
+    """What two parts share when one raw variable can stand for both: their documents but the shape."""
     return tuple(sorted((k, _SHAPE.sub(b"", v)) for k, v in m.documents().items()))
 
 
@@ -176,28 +158,29 @@ def _size(k: Any, n: int) -> int:
     return int(np.asarray(k).size)
 
 
-def parts_variables(xstore: Any, open_group: Any, decode: Mapping[str, Any],
-                    others: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The variables made of parts directly in ``xstore``'s group, each one lazy Variable decoded part
-    by part with xarray's ``decode`` options; ``open_group(group)`` opens a datastore on a group.
+def parts_variables(source: EngineRef, zstore: Any, group: str, decode: Mapping[str, Any],
+                    others: Mapping[str, Any]) -> dict[str, Any]:
+    """The variables made of parts directly in ``group`` (of ``zstore``, refset's zarr store over
+    ``source``), each one lazy Variable decoded part by part with xarray's ``decode`` options.
     ``others``: the group's other variables, whose dims' sizes the parts' layouts must agree with."""
-    sizes: dict[str, int] = {}
-    for v in (others or {}).values():
-        sizes.update(zip(v.dims, v.shape, strict=True))
     import xarray as xr
+    import zarr
     from xarray.conventions import decode_cf_variable
-    from xarray.core import indexing
-    from xarray.core.dtypes import result_type
 
-    store = xstore.zarr_group.store
-    refs = getattr(store, "refs", None)
-    if refs is None:
-        return {}
-    here = xstore.zarr_group.path.strip("/")
+    from refset.compat import xarray_indexing, xarray_result_type
+    from refset.serve.variables import variable_of
+
+    lazy = xarray_indexing().LazilyIndexedArray
+
+    sizes: dict[str, int] = {}
+    for v in others.values():
+        sizes.update(zip(v.dims, v.shape, strict=True))
+    refs = source.engine().refs
+    here = group.strip("/")
     out: dict[str, Any] = {}
     for path, layout in find_parts(refs).items():
-        group, _, name = path.rpartition("/")
-        if group != here or name in decode.get("drop_variables", ()):
+        head, _, name = path.rpartition("/")
+        if head != here or name in decode.get("drop_variables", ()):
             continue
         for d, n in zip(layout.dims, layout.shape, strict=True):
             if sizes.setdefault(d, n) != n:
@@ -205,40 +188,42 @@ def parts_variables(xstore: Any, open_group: Any, decode: Mapping[str, Any],
                                         f"dataset's {d!r} is {sizes[d]} long")
         opts = {k: v for k, v in decode.items() if k != "drop_variables"}
         paths = tuple(layout.paths())
-        metas = [refs.metadata[p] for p in paths]
+        metas = tuple(refs.metadata[p] for p in paths)
         keys: dict[Any, int] = {}
         which = tuple(keys.setdefault(_layout_key(m), len(keys)) for m in metas)
         firsts = [which.index(r) for r in range(len(keys))]
         try:
-            sub = open_group(path, cache_members=False)
-            sub.refset_members = {layout.names[k]: _zarr_array(store, paths[k], metas[k].zarr_format)
-                                  for k in firsts}
-        except Exception as e:  # zarr's GroupNotFoundError and the like: the set is damaged
-            raise InvalidReferences(f"variable {path!r}: made of parts, but its group does not open "
+            arrays = [zarr.open_array(store=zstore, path=paths[k], mode="r", zarr_format=metas[k].zarr_format)
+                      for k in firsts]
+        except Exception as e:  # zarr's errors for a damaged part: the set is damaged
+            raise InvalidReferences(f"variable {path!r}: made of parts, but a part does not open "
                                     f"({type(e).__name__}: {e})") from e
-        reps = tuple((sub.open_store_variable(layout.names[k]), sub.refset_members[layout.names[k]])
-                     for k in firsts)
-        decoded = [decode_cf_variable(name, raw, **opts) for raw, _ in reps]
+        raw_reps = tuple(_Rep(*variable_of(source, a, int(a.metadata.zarr_format) != 3, int(a.metadata.zarr_format)))
+                         for a in arrays)
+        decoded = [decode_cf_variable(name, xr.Variable(r.dims, lazy(r.data), r.attrs, r.encoding), **opts)
+                   for r in raw_reps]
         first = decoded[which[0]]
-        dtype = _promoted(result_type, [d.dtype for d in decoded])
+        dtype = _promoted(xarray_result_type, [d.dtype for d in decoded])
         encoding = {k: v for k, v in first.encoding.items() if k not in ("chunks", "preferred_chunks")}
-        encoding["preferred_chunks"] = _chunks(layout, [dict(zip(layout.dims, m.chunks, strict=True))
-                                                        for m in metas])
+        encoding["preferred_chunks"] = _chunks(layout, metas, int(np.dtype(dtype).itemsize))
         encoding["refset_parts"] = list(paths)
         axis = first.dims.index(layout.dim)
         shape = tuple(layout.bounds[-1] if a == axis else n for a, n in enumerate(first.shape))
-        array = PartsArray(name, reps, which, paths, tuple(tuple(m.shape) for m in metas), layout.bounds,
-                           axis, dtype, store, opts, shape)
-        for k, var in zip(firsts, decoded, strict=True):
-            array._made[k] = var
-        out[name] = xr.Variable(first.dims, indexing.LazilyIndexedArray(array), first.attrs, encoding)
+        array = PartsArray(name, source, raw_reps, which, paths, metas, layout.bounds, axis, dtype, opts, shape)
+        out[name] = xr.Variable(first.dims, lazy(array), first.attrs, encoding)
     return out
 
 
-def _zarr_array(store: Any, path: str, zarr_format: int) -> Any:
-    import zarr
+class _Rep:
+    """What parts stored alike share: the raw variable's dims, attributes, encoding and reader."""
 
-    return zarr.open_array(store=store, path=path, mode="r", zarr_format=3 if zarr_format == 3 else 2)
+    __slots__ = ("attrs", "data", "dims", "encoding")
+
+    def __init__(self, dims: tuple[str, ...], attrs: dict[str, Any], encoding: dict[str, Any], data: Any) -> None:
+        self.dims, self.attrs, self.encoding, self.data = dims, attrs, encoding, data
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Rep, (self.dims, self.attrs, self.encoding, self.data))
 
 
 def _promoted(result_type: Any, dtypes: list[np.dtype[Any]]) -> np.dtype[Any]:
@@ -250,25 +235,28 @@ def _promoted(result_type: Any, dtypes: list[np.dtype[Any]]) -> np.dtype[Any]:
     return got
 
 
-def _chunks(layout: Parts, per: list[dict[str, int]]) -> dict[str, tuple[int, ...]]:
-    """Dask chunks along every dim that never straddle a stored chunk of any part (``per``: each
-    part's chunks by dim): along the concat dim each part's chunks in turn, along the others every
-    part's chunk boundaries at once."""
+def _chunks(layout: Parts, metas: tuple[ArrayMetadata, ...], itemsize: int) -> dict[str, int | tuple[int, ...]]:
+    """Dask chunks along every dim that never straddle a stored chunk of any part: of the boundaries
+    every part's chunks allow (along the concat dim each part's in turn, along the others every part's
+    at once), those :func:`~refset.serve.variables.task_chunks` keeps, the concat dim first."""
+    from refset.serve.variables import task_chunks
+
     ax = layout.axis
-    out: dict[str, tuple[int, ...]] = {}
-    for a, dim in enumerate(layout.dims):
-        if a == ax:
-            sizes: list[int] = []
-            for pref, lo, hi in zip(per, layout.bounds[:-1], layout.bounds[1:], strict=True):
-                c = int(pref.get(dim, hi - lo)) or 1
-                sizes += [c] * ((hi - lo) // c) + ([(hi - lo) % c] if (hi - lo) % c else [])
-            out[dim] = tuple(sizes)
-            continue
+    axes: list[tuple[int, int] | list[int]] = []
+    for a in range(len(layout.dims)):
         n = layout.shape[a]
-        edges = {0, n}
-        for pref in per:
-            c = int(pref.get(dim, n)) or 1
-            edges.update(range(0, n, c))
-        e = sorted(edges)
-        out[dim] = tuple(int(b - a_) for a_, b in itertools.pairwise(e)) or (0,)
-    return out
+        sizes = {max(int(m.chunks[a]), 1) for m in metas}
+        if a == ax:
+            cuts = [0]
+            for m, lo, hi in zip(metas, layout.bounds[:-1], layout.bounds[1:], strict=True):
+                c = max(int(m.chunks[a]), 1)
+                cuts += [*range(lo + c, hi, c), hi]
+            axes.append(sorted(set(cuts)))
+        elif len(sizes) == 1:
+            axes.append((n, sizes.pop()))  # every part chunked alike: a regular grid
+        else:
+            stops = {0, n}
+            for c in sizes:
+                stops.update(range(0, n, c))
+            axes.append(sorted(stops))
+    return dict(zip(layout.dims, task_chunks(axes, itemsize, ax), strict=True))

@@ -1,24 +1,28 @@
 """xarray backend ``engine="refset"``: open any reference set :func:`refset.load` reads as a Dataset.
 
-The references are served by :class:`refset.ZarrStore`; xarray's zarr backend reads the metadata and
-applies the CF conventions, lazy indexing and ``chunks=`` for Dask, so results match ``engine="zarr"``
-over the same store. Each variable's values come through :class:`RefsetArray`, which reads a selection's
-chunks in one coalesced plan and decodes them itself where it can (:mod:`refset.serve.decode`). zarr is
-imported only when a dataset is opened. Datasets opened with ``chunks=`` compute on process-based Dask
-clusters: every object in the graph pickles.
+:class:`RefsetDataStore` is an xarray ``AbstractDataStore`` over refset's model: each variable's values
+are a lazily indexed :class:`~refset.serve.array.RefsetArray` (refset's engine and decoder), a variable
+made of parts one :class:`~refset.serve.parts.PartsArray` over its parts' readers. The names, dims,
+attributes and encoding are those xarray's zarr backend reads over the same store, taken from zarr's
+public Array API over :class:`refset.ZarrStore` (so the codec objects in ``encoding`` are zarr's own);
+CF decoding is xarray's store entry point (``StoreBackendEntrypoint``), so values, dtypes, attributes
+and encoding are those of ``engine="zarr"``, but for ``encoding["preferred_chunks"]``: Dask chunks made
+of many stored chunks (:func:`refset.serve.variables.preferred_chunks`). Everything in a dataset pickles by what reopens it.
+zarr is imported when a dataset is opened.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from xarray.backends import BackendEntrypoint
-from xarray.backends import ZarrStore as XarrayZarrStore
+from xarray.backends import AbstractDataStore, BackendEntrypoint
 
-__all__ = ["RefsetBackendEntrypoint", "open_dataset"]
+from refset.serve.engine import EngineRef
+
+__all__ = ["RefsetBackendEntrypoint", "RefsetDataStore", "open_dataset"]
+
 
 class RefsetBackendEntrypoint(BackendEntrypoint):
     """Open kerchunk-style reference sets (JSON V0/V1, parquet, packed) with refset."""
@@ -63,50 +67,39 @@ class RefsetBackendEntrypoint(BackendEntrypoint):
         limits: Any = None,
         verify_sources: bool = True,
     ) -> Any:
-        from xarray.backends.zarr import ZarrBackendEntrypoint
+        from xarray.backends import StoreBackendEntrypoint
 
         from refset.model.parts import find_parts
         from refset.serve.zarr import ZarrStore
 
-        store = filename_or_obj if isinstance(filename_or_obj, ZarrStore) else ZarrStore(
-            filename_or_obj, storage_options=storage_options, remote_protocol=remote_protocol,
-            remote_options=remote_options, fs=fs, template_overrides=template_overrides,
-            max_gap=max_gap, max_block=max_block, limits=limits, verify_sources=verify_sources,
-        )
-        find_parts(store.refs)  # a damaged layout of parts named before zarr parses its group
+        if isinstance(filename_or_obj, ZarrStore):
+            source = filename_or_obj.source
+        else:
+            source = EngineRef.open(filename_or_obj, storage_options=storage_options,
+                                    remote_protocol=remote_protocol, remote_options=remote_options, fs=fs,
+                                    template_overrides=template_overrides, max_gap=max_gap, max_block=max_block,
+                                    limits=limits, verify_sources=verify_sources)
+        engine = source.engine()
+        find_parts(engine.refs)  # a damaged layout of parts named before zarr parses its group
         if zarr_format is None:
-            zarr_format = _zarr_format(store)
-        open_group = GroupOpener(store, zarr_format)
-        xstore = open_group(group)
-        # variables made of parts are decoded part by part, with the options xarray decodes the rest with
-        xstore.refset_parts = (open_group, {
-            "drop_variables": [drop_variables] if isinstance(drop_variables, str) else list(drop_variables or ()),
-            "mask_and_scale": mask_and_scale, "decode_times": decode_times,
-            "concat_characters": concat_characters, "use_cftime": use_cftime,
-            "decode_timedelta": decode_timedelta})
-        return ZarrBackendEntrypoint().open_dataset(
-            store,  # type: ignore[arg-type]  # a zarr Store, which xarray takes though its annotation omits it
-            store=xstore,
-            drop_variables=drop_variables,
-            mask_and_scale=mask_and_scale,
-            decode_times=decode_times,
-            concat_characters=concat_characters,
-            decode_coords=decode_coords,
-            use_cftime=use_cftime,
-            decode_timedelta=decode_timedelta,
-            group=group,
-            consolidated=False,
-            zarr_format=zarr_format,
-            use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-        )
+            zarr_format = _zarr_format(engine.index)
+        # use_zarr_fill_value_as_mask: as xarray's zarr backend, the group's zarr format decides (v2: True)
+        decode = {"drop_variables": [drop_variables] if isinstance(drop_variables, str) else list(drop_variables or ()),
+                  "mask_and_scale": mask_and_scale, "decode_times": decode_times,
+                  "concat_characters": concat_characters, "use_cftime": use_cftime,
+                  "decode_timedelta": decode_timedelta}
+        store = RefsetDataStore(source, group, zarr_format, decode)
+        return StoreBackendEntrypoint().open_dataset(
+            store, drop_variables=drop_variables, mask_and_scale=mask_and_scale, decode_times=decode_times,
+            concat_characters=concat_characters, decode_coords=decode_coords, use_cftime=use_cftime,
+            decode_timedelta=decode_timedelta)
 
 
-def _zarr_format(store: Any) -> int | None:
+def _zarr_format(index: Any) -> int | None:
     """2 or 3 from the metadata keys present at the root, so zarr need not probe for both."""
-    idx = store.index
-    if idx.ref("zarr.json") is not None:
+    if index.ref("zarr.json") is not None:
         return 3
-    if idx.ref(".zgroup") is not None or idx.ref(".zarray") is not None:
+    if index.ref(".zgroup") is not None or index.ref(".zarray") is not None:
         return 2
     return None
 
@@ -119,57 +112,59 @@ def open_dataset(source: Any, **kwargs: Any) -> Any:
     return xr.open_dataset(source, engine=RefsetBackendEntrypoint, **kwargs)
 
 
-class RefsetDataStore(XarrayZarrStore):
-    """xarray's zarr datastore, its variables' values read by :class:`~refset.serve.array.RefsetArray`,
-    variables made of parts served whole (:mod:`refset.serve.parts`). A module-level class, so that
-    datasets pickle (``client.submit(f, ds)``)."""
+class RefsetDataStore(AbstractDataStore):
+    """The variables and attributes of group ``group`` of the set ``source`` opens, as xarray's zarr
+    backend reads them (``zarr_format``: of the group, None to let zarr find it), values read by refset;
+    ``decode``: the CF decoding options (variables made of parts are decoded part by part with them).
+    Pickles as those; the variables are made on first use."""
 
-    refset_parts: Any = None  # (a GroupOpener, decoding options) when opened by the entry point
-    refset_members: Any = None  # the members it serves, when given (the parts a variable needs)
+    __slots__ = ("_got", "decode", "group", "source", "zarr_format")
 
-    @property
-    def members(self) -> Any:
-        # docstring inherited: the arrays and groups of the group (those given, when given)
-        if self.refset_members is not None:
-            return self.refset_members
-        return super().members
+    def __init__(self, source: EngineRef, group: str | None, zarr_format: int | None,
+                 decode: Mapping[str, Any]) -> None:
+        self.source, self.group, self.zarr_format, self.decode = source, group, zarr_format, dict(decode)
+        self._got: tuple[dict[str, Any], dict[str, Any]] | None = None
 
-    def get_variables(self) -> Any:
-        # docstring inherited: the arrays, and each variable made of parts as one
-        from xarray.core.utils import FrozenDict
+    def _load(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        if self._got is None:
+            import zarr
 
-        from refset.serve.parts import parts_variables
+            from refset.serve.parts import parts_variables
+            from refset.serve.variables import open_variable
+            from refset.serve.zarr import ZarrStore
 
-        got = super().get_variables()  # type: ignore[no-untyped-call]  # xarray: unannotated
-        if self.refset_parts is None:
-            return got
-        opener, decode = self.refset_parts
-        return FrozenDict({**got, **parts_variables(self, opener, decode, others=got)})
+            zstore = ZarrStore(self.source)
+            group = zarr.open_group(zstore, mode="r", path=self.group or "", zarr_format=self.zarr_format,  # type: ignore[arg-type]
+                                    use_consolidated=False)
+            fmt = int(group.metadata.zarr_format)
+            mask = fmt != 3  # xarray's zarr backend: zarr's fill value masks values in zarr v2
+            variables = {name: open_variable(self.source, node, mask, fmt)
+                         for name, node in group.members() if isinstance(node, zarr.Array)}
+            attrs = {k: v for k, v in group.attrs.asdict().items() if not k.lower().startswith("_nc")}
+            variables.update(parts_variables(self.source, zstore, group.path, self.decode, variables))
+            self._got = (variables, attrs)
+        return self._got
 
-    def open_store_variable(self, name: str) -> Any:
-        # docstring inherited: dims, attributes and encoding as xarray reads them from zarr
-        import xarray as xr
-        from xarray.core import indexing
+    def get_variables(self) -> dict[str, Any]:
+        # docstring inherited
+        return self._load()[0]
 
-        from refset.serve.array import RefsetArray
+    def get_attrs(self) -> dict[str, Any]:
+        # docstring inherited
+        return self._load()[1]
 
-        var = super().open_store_variable(name)  # type: ignore[no-untyped-call]  # xarray: unannotated
-        data = indexing.LazilyIndexedArray(RefsetArray(self.members[name]))
-        return xr.Variable(var.dims, data, var.attrs, var.encoding)
+    def get_dimensions(self) -> dict[str, int]:
+        # docstring inherited
+        out: dict[str, int] = {}
+        for v in self.get_variables().values():
+            for d, n in zip(v.dims, v.shape, strict=True):
+                if out.setdefault(d, n) != n:
+                    raise ValueError(f"found conflicting lengths for dimension {d} ({n} != {out[d]})")
+        return out
 
+    def close(self) -> None:
+        # docstring inherited: nothing held open (the engine's files are read range by range)
+        pass
 
-@dataclass(frozen=True)
-class GroupOpener:
-    """Opens a :class:`RefsetDataStore` on a group of ``store`` (picklable, unlike a closure)."""
-
-    store: Any
-    zarr_format: int | None
-
-    def __call__(self, path: str | None, cache_members: bool = True) -> RefsetDataStore:
-        got: RefsetDataStore = RefsetDataStore.open_group(
-            self.store, group=path, mode="r", consolidated=False, consolidate_on_close=False,
-            zarr_format=self.zarr_format, use_zarr_fill_value_as_mask=None, cache_members=cache_members,
-        )
-        return got
-
-
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RefsetDataStore, (self.source, self.group, self.zarr_format, self.decode))

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from zarr.abc.store import (
@@ -26,18 +26,17 @@ from zarr.abc.store import (
 )
 
 from refset.errors import ReferenceNotReachable, Unsupported
+from refset.io.bridge import on_io_loop
 from refset.io.fetch import DEFAULT_MAX_INFLIGHT
 from refset.model.codecs import ensure_codecs
-from refset.model.keys import chunk_keys
 from refset.options import Limits
-from refset.serve.engine import ReadEngine, clamp, off_loop
+from refset.serve.engine import EngineRef, ReadEngine, clamp, off_loop
 
 if TYPE_CHECKING:
-    from zarr.core.buffer import Buffer, BufferPrototype
+    from zarr.abc.buffer import Buffer, BufferPrototype
 
 __all__ = ["ZarrStore"]
 
-PREFETCH_BUDGET = 1 << 30  # bytes of compressed chunks one prefetch may hold
 _SETTLE_TICKS = 3  # event-loop iterations a batch may wait for more requests to join
 
 
@@ -93,7 +92,7 @@ class _Batch:
             pid = np.fromiter((uid.setdefault(it[1], len(uid)) for it in items), np.int64, len(items))
             start = np.fromiter((it[2] for it in items), np.int64, len(items))
             end = np.fromiter((it[3] for it in items), np.int64, len(items))
-            got = await self.engine.reader.read(list(uid), pid, start, end)
+            got = await on_io_loop(self.engine.reader.read(list(uid), pid, start, end))
         except BaseException as e:  # planning failed or we were cancelled: fail every waiter
             for it in items:
                 if not it[4].done():
@@ -148,24 +147,19 @@ class ZarrStore(Store):
         if not read_only:
             raise Unsupported("refset.ZarrStore is read-only; read_only=False is not supported")
         super().__init__(read_only=True)
-        if isinstance(refs, ReadEngine):
-            self.engine = refs
-            self._args: tuple[Any, dict[str, Any]] = (refs.refs, {})
-        elif hasattr(refs, "engine") and isinstance(getattr(refs, "engine", None), ReadEngine):
-            self.engine = refs.engine  # a refset.ReferenceFileSystem: its set, targets and options
-            self._args = (refs, {})
-        else:
-            options = {"storage_options": storage_options, "remote_protocol": remote_protocol,
-                       "remote_options": remote_options, "fs": fs, "template_overrides": template_overrides,
-                       "max_gap": max_gap, "max_block": max_block, "max_inflight": max_inflight,
-                       "limits": limits, "verify_sources": verify_sources}
-            self.engine = ReadEngine.open(refs, **options)
-            self._args = (self.engine.refs, options)
+        if isinstance(refs, EngineRef):
+            self.source = refs
+        else:  # a refset.ReferenceFileSystem or a ReadEngine: its set, targets and options
+            self.source = EngineRef.open(
+                refs, storage_options=storage_options, remote_protocol=remote_protocol,
+                remote_options=remote_options, fs=fs, template_overrides=template_overrides, max_gap=max_gap,
+                max_block=max_block, max_inflight=max_inflight, limits=limits,
+                verify_sources=verify_sources)
+        self.engine = self.source.engine()
         self.refs = self.engine.refs
         ensure_codecs(self.refs.metadata.values())  # imagecodecs' (TIFF sets) are registered on demand
         self.index = self.engine.index
         self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batch] = weakref.WeakKeyDictionary()
-        self._prefetched: dict[str, bytes | BaseException] = {}
 
     # -- identity -------------------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -181,14 +175,13 @@ class ZarrStore(Store):
         return f"ZarrStore({self.refs!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        refs, options = self._args  # the set pickles by what reopens it
-        return (_remake, (refs, options))
+        return (ZarrStore, (self.source,))  # the set pickles by what reopens it
 
     def with_read_only(self, read_only: bool = False) -> ZarrStore:
         # docstring inherited
         if not read_only:
             raise Unsupported("refset.ZarrStore is read-only; read_only=False is not supported")
-        return ZarrStore(self.engine)
+        return ZarrStore(self.source)
 
     @property
     def requests(self) -> int:
@@ -203,110 +196,7 @@ class ZarrStore(Store):
             b = self._batches[loop] = _Batch(self.engine)
         return b
 
-    async def prefetch(self, path: str, flat: np.ndarray, *, budget: int = PREFETCH_BUDGET) -> list[str]:
-        """Fetch chunks ``flat`` (flat indices, C order) of array ``path`` in one coalesced plan and
-        keep them until a ``get`` takes them (or :meth:`release`). Returns the keys kept; nothing is
-        fetched when ``path`` has no chunk table or the chunks total more than ``budget`` bytes."""
-        if path not in self.refs.grids:
-            return []
-        flat, urls, pid, start, end = await self.engine.chunk_ranges(path, flat)
-        if len(flat) < 2 or int((end - start).sum()) > budget:
-            return []
-        keys: list[str] = chunk_keys(path, self.refs.grids[path], flat).tolist()
-        pf = self._prefetched
-        new = [i for i, k in enumerate(keys) if k not in pf]  # held already (a read across parts): not again
-        if len(new) < 2:
-            return []
-        if len(new) < len(keys):
-            keys = [keys[i] for i in new]
-            pid, start, end = pid[new], start[new], end[new]
-        got = await self.engine.reader.read(urls, pid, start, end)
-        for k, d in zip(keys, got, strict=True):
-            pf[k] = d
-        return keys
-
-    async def prefetch_many(self, items: Sequence[tuple[str, np.ndarray]], *,
-                            budget: int = PREFETCH_BUDGET) -> list[str]:
-        """:meth:`prefetch` of chunks of several arrays (``(path, flat)`` each) in one coalesced plan,
-        ``budget`` bytes at most in all (the parts of a variable made of parts, read together)."""
-        items = [(p, f) for p, f in items if p in self.refs.grids and len(f)]
-        found = await asyncio.gather(*(self.engine.chunk_ranges(p, f) for p, f in items))
-        if sum(int((e - s).sum()) for _, _, _, s, e in found) > budget:
-            return []
-        uid: dict[str, int] = {}
-        keys: list[str] = []
-        pids, starts, ends = [], [], []
-        for (path, _), (flat, urls, pid, start, end) in zip(items, found, strict=True):
-            if not len(flat):
-                continue
-            remap = np.array([uid.setdefault(u, len(uid)) for u in urls] or [0], np.int64)
-            pids.append(remap[pid])
-            starts.append(start)
-            ends.append(end)
-            keys += chunk_keys(path, self.refs.grids[path], flat).tolist()
-        if len(keys) < 2:
-            return []
-        got = await self.engine.reader.read(list(uid), np.concatenate(pids), np.concatenate(starts),
-                                            np.concatenate(ends))
-        pf = self._prefetched
-        for k, d in zip(keys, got, strict=True):
-            pf[k] = d
-        return keys
-
-    def take_prefetched(self, path: str, flat: np.ndarray) -> list[bytes | None] | None:
-        """The bytes of chunks ``flat`` of ``path`` when every one was prefetched (taken), else None
-        (nothing taken): a read that needs no trip to the event loop."""
-        pf = self._prefetched
-        if not pf or path not in self.refs.grids:
-            return None
-        keys = chunk_keys(path, self.refs.grids[path], np.asarray(flat, np.int64)).tolist()
-        got = [pf.get(k) for k in keys]
-        if any(g is None or isinstance(g, BaseException) for g in got):
-            return None
-        for k in keys:
-            pf.pop(k, None)
-        return cast("list[bytes | None]", got)
-
-    async def read_chunks(self, path: str, flat: np.ndarray) -> list[bytes | None]:
-        """Stored bytes of chunks ``flat`` of array ``path`` (None where absent), ranges fetched in
-        one coalesced plan (those prefetched taken from there). Raises ReferenceNotReachable naming
-        the first chunk that failed."""
-        pf = self._prefetched
-        if not pf or path not in self.refs.grids:
-            return await self.engine.read_chunks(path, flat)
-        flat = np.asarray(flat, np.int64)
-        keys = chunk_keys(path, self.refs.grids[path], flat).tolist()
-        out: list[bytes | None] = [None] * len(keys)
-        miss = []
-        for i, k in enumerate(keys):
-            hit = pf.pop(k, None)
-            if hit is None:
-                miss.append(i)
-            elif isinstance(hit, BaseException):
-                ref = await self.engine.ref(k)
-                raise ReferenceNotReachable.wrap(k, ref[0] if isinstance(ref, tuple) else "?", hit) from hit
-            else:
-                out[i] = hit
-        if miss:
-            for i, d in zip(miss, await self.engine.read_chunks(path, flat[miss]), strict=True):
-                out[i] = d
-        return out
-
-    def release(self, keys: Iterable[str]) -> None:
-        """Drop prefetched chunks that no ``get`` took."""
-        pf = self._prefetched
-        for k in keys:
-            pf.pop(k, None)
-
     async def _read(self, key: str, byte_range: ByteRequest | None) -> bytes | None:
-        if self._prefetched and byte_range is None:
-            hit = self._prefetched.pop(key, None)
-            if hit is not None:
-                if isinstance(hit, BaseException):
-                    ref = await self.engine.ref(key)
-                    url = ref[0] if isinstance(ref, tuple) else "?"
-                    raise ReferenceNotReachable.wrap(key, url, hit) from hit
-                return hit
         ref = await self.engine.ref(key)
         if ref is None:
             return None
@@ -319,7 +209,7 @@ class ZarrStore(Store):
             if s == e:
                 return b""
             return await self._batch().add(key, url, s + ref[1], e + ref[1])
-        return await self.engine.read_whole(key, url, start, end)
+        return await on_io_loop(self.engine.read_whole(key, url, start, end))
 
     async def get(
         self,
@@ -394,6 +284,3 @@ class ZarrStore(Store):
                 seen.add(child)
                 yield child
 
-
-def _remake(refs: Any, options: dict[str, Any]) -> ZarrStore:
-    return ZarrStore(refs, **{k: v for k, v in options.items() if v is not None})

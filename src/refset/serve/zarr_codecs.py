@@ -17,10 +17,12 @@ from zarr.abc.codec import BytesBytesCodec
 if TYPE_CHECKING:
     from typing import Self
 
-    from zarr.core.array_spec import ArraySpec
-    from zarr.core.buffer import Buffer
 
 __all__ = ["NumcodecsBytes", "CODEC_IDS"]
+
+# zarr's ArraySpec and Buffer live below its public API (zarr.core): typed loosely here
+ArraySpec = Any
+Buffer = Any
 
 #: The numcodecs ids refset's scanners write that zarr-python has no codec for.
 CODEC_IDS = ("refset_grib", "imagecodecs_lzw", "imagecodecs_packbits", "imagecodecs_jpeg", "imagecodecs_lzma",

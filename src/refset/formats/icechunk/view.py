@@ -51,7 +51,7 @@ def _floats(attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 def _walk(store: Any, path: str, out: dict[str, dict[str, Any]]) -> None:
     """Every node under ``path`` by its path: ``{path: zarr.json}``."""
-    from zarr.core.sync import sync
+    from refset.io.bridge import run
 
     async def children() -> list[str]:
         return [k async for k in store.list_dir(path)]
@@ -62,7 +62,7 @@ def _walk(store: Any, path: str, out: dict[str, dict[str, Any]]) -> None:
     doc = json.loads(raw)
     out[path] = doc
     if doc.get("node_type") == "group":
-        for name in sorted(sync(children())):
+        for name in sorted(run(children())):
             if name != "zarr.json":
                 _walk(store, f"{path}/{name}" if path else name, out)
 

@@ -110,16 +110,16 @@ def _used_urls(rs: ReferenceSet) -> set[int]:
 
 
 def _sync(coro: Any) -> Any:
-    from zarr.core.sync import sync
+    from refset.io.bridge import run
 
-    return sync(coro)
+    return run(coro)
 
 
 def put_documents(store: Any, docs: Mapping[str, bytes]) -> None:
     """Write ``{key: bytes}`` into a zarr store (its metadata and native chunks), concurrently."""
     import asyncio
 
-    from zarr.core.buffer import default_buffer_prototype
+    from zarr.buffer import default_buffer_prototype
 
     buf = default_buffer_prototype().buffer
 
@@ -132,7 +132,7 @@ def put_documents(store: Any, docs: Mapping[str, bytes]) -> None:
 
 def get_document(store: Any, key: str) -> bytes | None:
     """The bytes at ``key`` of a zarr store, None when absent."""
-    from zarr.core.buffer import default_buffer_prototype
+    from zarr.buffer import default_buffer_prototype
 
     got = _sync(store.get(key, prototype=default_buffer_prototype()))
     return None if got is None else bytes(got.to_bytes())

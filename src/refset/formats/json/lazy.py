@@ -2,9 +2,10 @@
 
 At open: strings, metadata and inline values. When every list-valued key lies under an array
 (``plan.heads``), keys and listings outside the arrays are answered from that; anything else first
-classifies the list-valued keys (:meth:`Plan.classify`). A small array's chunk table is read from its
-own members; the first table of any other array builds them all (:meth:`Plan.finish`) and releases
-the text. The set calls these steps one at a time; :meth:`LazyJsonSource.lookup_other` reads only
+classifies the list-valued keys (:meth:`Plan.classify`). The chunk table of an array that holds at
+most half the list keys is read from its own members (the first read of one variable of many builds
+its table only); the first table of any other array builds them all (:meth:`Plan.finish`) and
+releases the text. The set calls these steps one at a time; :meth:`LazyJsonSource.lookup_other` reads only
 state that is replaced whole, never changed in place.
 """
 
@@ -69,7 +70,7 @@ class LazyJsonSource:
                 t = plan.table(path)
             except Fallback:
                 t = None
-            if t is not None:  # a small array (a coordinate): read on its own
+            if t is not None:  # an array of at most half the list keys: read on its own
                 return t
         tables = self._finish()[1]
         return tables.get(path) or ChunkTable.empty(self.grids[path])

@@ -162,8 +162,8 @@ class Plan:
         self.batches = batches
 
     def table(self, path: str) -> ChunkTable | None:
-        """The chunk table of a small array read on its own (its members only), or None when it
-        is read with all the others."""
+        """The chunk table of an array holding at most half the list keys, read on its own (its
+        members only), or None when it is read with all the others."""
         heads, g = self.heads, self.grids.get(path)
         if heads is None or self.batches is not None or g is None:
             return None
@@ -314,7 +314,8 @@ class Heads:
 
     def __init__(self, paths: list[str], small: list[np.ndarray | None]) -> None:
         self.prefixes = tuple(p + "/" for p in paths)
-        # members whose keys lie under an array holding at most 1/8 of the list keys
+        # members whose keys lie under an array holding at most half the list keys: its table is read
+        # from them alone (the first read of one variable does not build every other's table)
         self.small = {p: m for p, m in zip(paths, small, strict=True) if m is not None}
 
     def inside(self, path: str) -> bool:
@@ -368,7 +369,7 @@ def _list_heads(doc: Doc, is_str: np.ndarray, grids: Mapping[str, Any]) -> Heads
                 hit[idx] = sub
             under |= hit
             n = int(np.count_nonzero(hit))
-            out.append((n, part[hit] if 8 * n <= part.size else None))
+            out.append((n, part[hit] if 2 * n <= part.size else None))  # half the list keys or fewer
         return out if under.all() else None
 
     parts = np.array_split(lists, max(1, min(8, lists.size // KEY_BATCH)))
